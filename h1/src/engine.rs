@@ -1425,14 +1425,9 @@ where
         let whole = match sent {
             Sent::Response { .. } => {
                 match crate::response::parse_response(got, head_request, |_, _| true) {
-                    Ok(Some(head)) if head.framing.keep_alive => match head.framing.body {
-                        BodyFraming::None => got.len() == head.len,
-                        BodyFraming::Length(n) => {
-                            n as usize <= crate::retry::DRAIN_MAX
-                                && got.len() as u64 == head.len as u64 + n
-                        }
-                        _ => false,
-                    },
+                    Ok(Some(head)) if head.framing.keep_alive => {
+                        crate::retry::answer_read_whole(head.len, head.framing.body, got.len())
+                    }
                     _ => false,
                 }
             }

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::body::BodyFraming;
+
 /// Retries per request at most, whatever a route asks (more are clamped
 /// when a policy is built; admission reports the clamp).
 pub const MAX_RETRIES: u32 = 5;
@@ -231,6 +233,20 @@ impl RetryPolicy {
 /// connection still to be reused; a longer body closes the connection.
 pub const DRAIN_MAX: usize = 4096;
 
+/// Whether a retried try's answer, a head of `head_len` bytes whose body
+/// is framed as `body`, lies whole within the `read` bytes already read
+/// (its body at most [`DRAIN_MAX`]): then its kept-alive connection holds
+/// nothing more of it and goes back to the pool, else it is closed with
+/// the rest unread. Nothing more is read for it: the retry waits for no
+/// answer that is not relayed.
+pub fn answer_read_whole(head_len: usize, body: BodyFraming, read: usize) -> bool {
+    match body {
+        BodyFraming::None => read == head_len,
+        BodyFraming::Length(n) => n <= DRAIN_MAX as u64 && read as u64 == head_len as u64 + n,
+        BodyFraming::Chunked | BodyFraming::Close => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,6 +391,26 @@ mod tests {
         // A timeout stays a 504, an answer its own status.
         assert_eq!(p.error_status(Failed::Timeout), None);
         assert_eq!(p.error_status(Failed::Status(500)), None);
+    }
+
+    #[test]
+    fn a_retried_answer_is_whole_only_when_all_of_it_was_read() {
+        // A 503 head of 40 bytes and its 10-byte body.
+        assert!(answer_read_whole(40, BodyFraming::Length(10), 50));
+        assert!(!answer_read_whole(40, BodyFraming::Length(10), 45));
+        // Bytes past the answer: the backend sent more than it framed.
+        assert!(!answer_read_whole(40, BodyFraming::Length(10), 51));
+        assert!(answer_read_whole(40, BodyFraming::None, 40));
+        assert!(answer_read_whole(40, BodyFraming::Length(0), 40));
+        // Longer than DRAIN_MAX, chunked or delimited by the close: never.
+        let long = DRAIN_MAX as u64 + 1;
+        assert!(!answer_read_whole(
+            40,
+            BodyFraming::Length(long),
+            40 + long as usize
+        ));
+        assert!(!answer_read_whole(40, BodyFraming::Chunked, 45));
+        assert!(!answer_read_whole(40, BodyFraming::Close, 40));
     }
 
     #[test]

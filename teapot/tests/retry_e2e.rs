@@ -14,7 +14,14 @@
 //! - `proxy-next-upstream: http_503` moves a request from an endpoint
 //!   answering 503 to the next one, never back to the same;
 //! - a rule asking more than teapot's bounds (attempts, backoff, codes)
-//!   is not served and its route says which field.
+//!   is not served and its route says which field;
+//! - a retried answer read whole leaves its connection to the next try
+//!   (one backend connection for three tries, both client versions);
+//! - h2c/gRPC backends (an HTTPRoute to an `appProtocol:
+//!   kubernetes.io/h2c` Service, an Ingress with `backend-protocol: GRPC`
+//!   and `proxy-next-upstream`): the same cases, each try getting the
+//!   whole body; a gRPC error (200 + `grpc-status`) is relayed; a body
+//!   past the 64 KiB teapot keeps is not retried.
 //!
 //! Run with `cargo test -p teapot --test retry_e2e`.
 
@@ -22,10 +29,14 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use teapot_testkit::certs::{self, TestCa};
 use teapot_testkit::client::{Proto, Request};
@@ -46,6 +57,8 @@ const HOST: &str = "retry.example.com";
 struct Scripted {
     tries: Arc<Mutex<HashMap<String, u32>>>,
     always: Option<u16>,
+    /// Connections accepted.
+    connections: Arc<AtomicU32>,
 }
 
 impl Scripted {
@@ -54,6 +67,7 @@ impl Scripted {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                self.connections.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(self.clone().serve(stream));
             }
         });
@@ -155,11 +169,11 @@ fn gateway() -> Value {
     )
 }
 
-static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 /// A request id no other request of the test uses.
 fn id() -> String {
-    let n = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     format!("r{n}")
 }
 
@@ -197,6 +211,17 @@ async fn http_route_retries_over_http1_and_http2() {
             json!({ "retry": { "codes": [503], "attempts": 1, "backoff": "200ms" } }),
         ),
         rule("/dead", "half", json!({ "retry": { "attempts": 1 } })),
+        // One backend per client version, used by one request each.
+        rule(
+            "/reuse1",
+            "again1",
+            json!({ "retry": { "codes": [503], "attempts": 2 } }),
+        ),
+        rule(
+            "/reuse2",
+            "again2",
+            json!({ "retry": { "codes": [503], "attempts": 2 } }),
+        ),
     ]);
     let mut objects = vec![
         gateway_class(),
@@ -213,6 +238,11 @@ async fn http_route_retries_over_http1_and_http2() {
     ];
     objects.extend(service_on("web", &[port]));
     objects.extend(service_on("half", &[dead, port]));
+    let again = [Scripted::default(), Scripted::default()];
+    for (i, backend) in again.iter().enumerate() {
+        let port = backend.clone().start().await.port();
+        objects.extend(service_on(&format!("again{}", i + 1), &[port]));
+    }
     let h = Harness::start(&[
         ("gw.yaml", docs(&objects)),
         ("cert.yaml", certs::tls_secret_yaml(NS, "cert", &cert)),
@@ -294,6 +324,21 @@ async fn http_route_retries_over_http1_and_http2() {
             let r = get(format!("/dead?id={}", id())).await;
             assert_eq!(r.status, 200, "{proto:?}: {}", r.text());
         }
+
+        // A retried answer read whole leaves its connection to the next
+        // try: three tries, one connection.
+        let (n, backend) = match proto {
+            Proto::Http1 => (1, &again[0]),
+            Proto::Http2 => (2, &again[1]),
+        };
+        let i = id();
+        let r = get(format!("/reuse{n}?id={i}&fail=2&code=503")).await;
+        assert_eq!((r.status, r.text()), (200, "tries=3".into()), "{proto:?}");
+        assert_eq!(
+            backend.connections.load(Ordering::Relaxed),
+            1,
+            "{proto:?}: the retries reused the connection"
+        );
     }
 
     // The greedy rule is not served, and its route names the field.
@@ -363,4 +408,293 @@ async fn proxy_next_upstream_moves_to_the_next_endpoint_over_http1_and_http2() {
     let (failed, served) = (failing.tries("next"), good.tries("next"));
     assert!((1..=12).contains(&failed), "{failed}");
     assert_eq!(served, 12);
+}
+
+/// An h2c backend (gRPC's transport) scripted as [`Scripted`] is: the
+/// query's `id`, `fail`, `code` and `delay`, each failing try answered
+/// with `code`, or, without one, with its stream reset (no answer head);
+/// with `grpc=N` a failing try is gRPC's error answer instead, HTTP 200
+/// with `grpc-status: N`. Each try's request body is kept. With
+/// `always`, every call is answered with that status.
+#[derive(Clone, Default)]
+struct H2cScripted {
+    tries: Arc<Mutex<HashMap<String, Vec<Bytes>>>>,
+    always: Option<u16>,
+}
+
+impl H2cScripted {
+    async fn start(self) -> u16 {
+        let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (builder, this) = (builder.clone(), self.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| this.clone().answer(req));
+                    let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn tries(&self, id: &str) -> u32 {
+        self.bodies(id).len() as u32
+    }
+
+    /// The request body of each try of `id`.
+    fn bodies(&self, id: &str) -> Vec<Bytes> {
+        self.tries
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// An `Err` resets the stream (hyper answers a service's error so).
+    async fn answer(
+        self,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> Result<http::Response<Full<Bytes>>, std::io::Error> {
+        let query = req.uri().query().unwrap_or("").to_string();
+        let arg = |name: &str| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map_err(std::io::Error::other)?;
+        let id = arg("id").unwrap_or_default();
+        let fail: usize = arg("fail").and_then(|f| f.parse().ok()).unwrap_or(0);
+        let seen = {
+            let mut tries = self.tries.lock().unwrap();
+            let bodies = tries.entry(id).or_default();
+            bodies.push(body.to_bytes());
+            bodies.len()
+        };
+        let answer = |status: u16, grpc: &str, text: String| {
+            Ok(http::Response::builder()
+                .status(status)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", grpc)
+                .body(Full::new(Bytes::from(text)))
+                .unwrap())
+        };
+        if let Some(code) = self.always {
+            return answer(code, "14", format!("always {code}"));
+        }
+        if seen > fail {
+            return answer(200, "0", format!("tries={seen}"));
+        }
+        if let Some(ms) = arg("delay").and_then(|d| d.parse().ok()) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        if let Some(grpc) = arg("grpc") {
+            return answer(200, &grpc, format!("failed try {seen}"));
+        }
+        match arg("code").and_then(|c| c.parse::<u16>().ok()) {
+            Some(code) => answer(code, "14", format!("failed try {seen}")),
+            None => Err(std::io::Error::other("reset")),
+        }
+    }
+}
+
+/// Service `name` (port 80, `appProtocol: kubernetes.io/h2c`) with one
+/// endpoint per port on loopback.
+fn h2c_service_on(name: &str, ports: &[u16]) -> Vec<Value> {
+    let mut out = service_on(name, ports);
+    out[0]["spec"]["ports"][0]["appProtocol"] = json!("kubernetes.io/h2c");
+    out
+}
+
+/// A unary gRPC-shaped call: POST with `body`, over HTTP/2.
+fn call(host: &str, target: &str, body: &[u8]) -> Request {
+    let mut r = Request::get(host, target)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .proto(Proto::Http2);
+    r.method = "POST".into();
+    r.body = body.to_vec();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_and_grpc_backends_are_retried() {
+    let backend = H2cScripted::default();
+    let port = backend.clone().start().await;
+    let dead = closed_port().await;
+    let failing = H2cScripted {
+        always: Some(503),
+        ..H2cScripted::default()
+    };
+    let bad = failing.clone().start().await;
+    let good = H2cScripted::default();
+    let ok = good.clone().start().await;
+    let ca = TestCa::new("retry e2e");
+    let cert = ca.issue(&[HOST]);
+    let rules = json!([
+        rule(
+            "/code",
+            "calls",
+            json!({ "retry": { "codes": [503], "attempts": 2 } })
+        ),
+        rule("/error", "calls", json!({ "retry": { "attempts": 2 } })),
+        rule("/plain", "calls", json!({})),
+        rule(
+            "/slow",
+            "calls",
+            json!({ "retry": { "attempts": 2 }, "timeouts": { "backendRequest": "300ms" } }),
+        ),
+        rule(
+            "/budget",
+            "calls",
+            json!({
+                "retry": { "codes": [500], "attempts": 5 },
+                "timeouts": { "backendRequest": "300ms", "request": "500ms" },
+            }),
+        ),
+        rule("/dead", "half", json!({ "retry": { "attempts": 1 } })),
+    ]);
+    let mut objects = vec![
+        gateway_class(),
+        gateway(),
+        http_route(NS, "calls", json!({ "name": "gw" }), &[HOST], rules),
+    ];
+    objects.extend(h2c_service_on("calls", &[port]));
+    objects.extend(h2c_service_on("half", &[dead, port]));
+    // ingress-nginx's gRPC backends, one endpoint answering every call
+    // 503, the other serving.
+    objects.extend(service_on("mixed", &[bad, ok]));
+    objects.push(annotated(
+        NS,
+        "grpc-next.test",
+        "mixed",
+        &[
+            ("backend-protocol", "GRPC"),
+            (
+                "proxy-next-upstream",
+                "error timeout http_503 non_idempotent",
+            ),
+            ("proxy-next-upstream-tries", "3"),
+        ],
+    ));
+    objects.push(annotated(
+        NS,
+        "grpc-plain.test",
+        "mixed",
+        &[("backend-protocol", "GRPC")],
+    ));
+    let h = Harness::start(&[
+        ("gw.yaml", docs(&objects)),
+        ("cert.yaml", certs::tls_secret_yaml(NS, "cert", &cert)),
+    ])
+    .await;
+    let send = |host: &'static str, target: String, body: Vec<u8>| {
+        let h = &h;
+        async move { over(h, Proto::Http2, call(host, &target, &body)).await }
+    };
+    eventually("the routes", Duration::from_secs(10), || async {
+        let r = send(HOST, "/plain?id=ready".into(), Vec::new()).await;
+        let i = send("grpc-plain.test", "/?id=ready".into(), Vec::new()).await;
+        if r.status == 200 && (i.status == 200 || i.status == 503) {
+            return Ok(());
+        }
+        Err((
+            r.status,
+            i.status,
+            h.status().await["gatewayAPI"].to_string(),
+        ))
+    })
+    .await;
+    let body = b"\0\0\0\0\x05hello".to_vec();
+
+    // 503 twice, then 200: the client sees the 200 of the third try, and
+    // every try got the whole body.
+    let i = id();
+    let r = send(HOST, format!("/code?id={i}&fail=2&code=503"), body.clone()).await;
+    assert_eq!((r.status, r.text()), (200, "tries=3".into()));
+    assert_eq!(backend.bodies(&i), vec![Bytes::from(body.clone()); 3]);
+    // Tries spent: the last status, as the backend sent it.
+    let i = id();
+    let r = send(HOST, format!("/code?id={i}&fail=3&code=503"), body.clone()).await;
+    assert_eq!((r.status, r.text()), (503, "failed try 3".into()));
+    assert_eq!(backend.tries(&i), 3, "attempts + 1 tries");
+    // A code not listed is answered at once.
+    let i = id();
+    let r = send(HOST, format!("/code?id={i}&fail=1&code=500"), body.clone()).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(backend.tries(&i), 1);
+    // gRPC's own error (HTTP 200, grpc-status 14 UNAVAILABLE) is an
+    // answer: GEP-1731's codes are HTTP statuses.
+    let i = id();
+    let r = send(HOST, format!("/code?id={i}&fail=1&grpc=14"), body.clone()).await;
+    assert_eq!((r.status, header(&r, "grpc-status")), (200, "14"));
+    assert_eq!(backend.tries(&i), 1);
+    // A body past what teapot keeps to send again: streamed, not retried.
+    let big = vec![7u8; 100 * 1024];
+    let i = id();
+    let r = send(HOST, format!("/code?id={i}&fail=1&code=503"), big.clone()).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(backend.bodies(&i), vec![Bytes::from(big)]);
+
+    // A stream reset without an answer: a connection error, retried...
+    let i = id();
+    let r = send(HOST, format!("/error?id={i}&fail=2"), body.clone()).await;
+    assert_eq!((r.status, r.text()), (200, "tries=3".into()));
+    // ...not without `retry`...
+    let i = id();
+    let r = send(HOST, format!("/plain?id={i}&fail=1"), body.clone()).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(backend.tries(&i), 1);
+    // ...and once spent, the Gateway API's 503.
+    let i = id();
+    let r = send(HOST, format!("/error?id={i}&fail=5"), body.clone()).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(backend.tries(&i), 3);
+
+    // Slower than backendRequest: abandoned and retried.
+    let i = id();
+    let target = format!("/slow?id={i}&fail=1&delay=1000&code=500");
+    let r = send(HOST, target, body.clone()).await;
+    assert_eq!((r.status, r.text()), (200, "tries=2".into()));
+    // `request` bounds every try together: 504 though retries were left.
+    let i = id();
+    let target = format!("/budget?id={i}&fail=5&delay=200&code=500");
+    let r = send(HOST, target, body.clone()).await;
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(backend.tries(&i) < 5, "{}", backend.tries(&i));
+
+    // A closed port beside a live endpoint: every call answered.
+    for _ in 0..4 {
+        let r = send(HOST, format!("/dead?id={}", id()), body.clone()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    // proxy-next-upstream on a GRPC backend: each call that met the
+    // failing endpoint goes on to the other, never back.
+    for _ in 0..6 {
+        let r = send(
+            "grpc-next.test",
+            "/pkg.Svc/Call?id=next".into(),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let (failed, served) = (failing.tries("next"), good.tries("next"));
+    assert!((1..=6).contains(&failed), "{failed}");
+    assert_eq!(served, 6);
+    // Without it, the failing endpoint's 503 is answered.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let target = "/pkg.Svc/Call?id=plain".to_string();
+        statuses.push(send("grpc-plain.test", target, body.clone()).await.status);
+    }
+    assert!(statuses.contains(&503), "{statuses:?}");
 }

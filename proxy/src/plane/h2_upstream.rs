@@ -51,7 +51,7 @@ fn with_pool<T>(idle_timeout: Duration, f: impl FnOnce(&Pool) -> T) -> T {
 
 /// Whether a request with this method may be sent again after its
 /// connection failed (RFC 9110 §9.2.2).
-fn idempotent(method: &Method) -> bool {
+pub(super) fn idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -67,6 +67,8 @@ struct Stale {
     failure: Failure,
     stale: bool,
     retry: Option<Failed>,
+    /// A retried answer was read whole: its connection may be pooled.
+    reusable: bool,
 }
 
 impl From<Failure> for Stale {
@@ -75,6 +77,7 @@ impl From<Failure> for Stale {
             failure,
             stale: false,
             retry: None,
+            reusable: false,
         }
     }
 }
@@ -91,6 +94,7 @@ impl Stale {
             failure,
             stale,
             retry,
+            reusable: false,
         }
     }
 }
@@ -98,7 +102,7 @@ impl Stale {
 /// The route's retry policy, if any: a Gateway API rule's `retry` (the
 /// last one set, as the HTTP/1 engine takes it), else the route's
 /// `proxy-next-upstream*`.
-fn retry_policy(st: &StreamCtx<'_>) -> Option<Arc<RetryPolicy>> {
+pub(super) fn retry_policy(st: &StreamCtx<'_>) -> Option<Arc<RetryPolicy>> {
     let gateway = st.gateway.as_ref();
     gateway
         .and_then(|g| g.each().filter_map(|f| f.retry.clone()).last())
@@ -120,7 +124,7 @@ pub(super) fn new_try(tried: &mut Tried, endpoints: usize, again: bool) -> bool 
 }
 
 /// How a failed connect counts for the retry policy.
-fn connect_failed(failure: &Failure) -> Failed {
+pub(super) fn connect_failed(failure: &Failure) -> Failed {
     match failure {
         Failure::ConnectTimeout => Failed::ConnectTimeout,
         _ => Failed::Connect,
@@ -230,8 +234,7 @@ pub(super) async fn forward(
         if let (Some(policy), Some(t)) = (retry.as_deref(), &tries) {
             let now = tokio::time::Instant::now();
             timeouts.read = policy.try_timeout(t, timeouts.read, now);
-            let more = policy.same_endpoint_again
-                || (st.tried.count() as usize) < upstream.endpoints.len().min(64);
+            let more = endpoint_left(st, &upstream, policy.same_endpoint_again);
             hold = Some((policy, *t, more));
         }
         let exchange = Exchange {
@@ -259,9 +262,16 @@ pub(super) async fn forward(
             Err(Stale {
                 failure,
                 retry: Some(failed),
+                reusable,
                 ..
             }) if tries.is_some() => {
-                drop(stream);
+                if reusable && http.reuses() {
+                    // As the HTTP/1 engine: the retry may take it again.
+                    let now = tokio::time::Instant::now();
+                    with_pool(idle, |p| p.put_at(endpoint.addr, class, stream, now));
+                } else {
+                    drop(stream);
+                }
                 match after_try(retry.as_deref(), &mut tries, failed, st, &upstream).await {
                     Some(Verdict::Retry(_)) => fresh = false,
                     Some(Verdict::Expired) => return Err(Failure::ReadTimeout),
@@ -285,7 +295,7 @@ const RETRIES_FAILED: &str = "the backend could not be reached or closed the con
 /// `failure` answered with the route's retry policy's own status for a
 /// connection error (the Gateway API's 503), else left to the caller
 /// (502, 504).
-fn answer_error(
+pub(super) fn answer_error(
     st: &mut StreamCtx<'_>,
     (policy, head_request): (Option<&RetryPolicy>, bool),
     failed: Failed,
@@ -307,7 +317,7 @@ fn answer_error(
 /// (teapot_h1::retry, as the HTTP/1 engine asks it); `None` without a
 /// policy. Before a retry the endpoints are made ready for a new try
 /// (none left: the last answer stands) and the backoff is waited out.
-async fn after_try(
+pub(super) async fn after_try(
     policy: Option<&RetryPolicy>,
     tries: &mut Option<Tries>,
     failed: Failed,
@@ -329,6 +339,25 @@ async fn after_try(
         }
     }
     Some(verdict)
+}
+
+/// Whether a retry would find an endpoint to send the request to: one
+/// not tried yet, or any with `again` (see [`new_try`]).
+pub(super) fn endpoint_left(st: &StreamCtx<'_>, upstream: &Upstream, again: bool) -> bool {
+    again || (st.tried.count() as usize) < upstream.endpoints.len().min(64)
+}
+
+/// Whether a final answer with `status` is held back, not relayed: the
+/// route's policy (with the request's tries so far, and `more`: an
+/// endpoint left, [`endpoint_left`]) sends the request again, or answers
+/// 504 as its budget is spent. Asked before anything of the answer goes
+/// to the client; [`after_try`] then decides the same.
+pub(super) fn holds_back(hold: Option<(&RetryPolicy, Tries, bool)>, status: u16) -> bool {
+    let Some((policy, mut tries, more)) = hold else {
+        return false;
+    };
+    let now = tokio::time::Instant::now();
+    more && policy.decide(&mut tries, Failed::Status(status), now) != Verdict::Last
 }
 
 /// An endpoint of `upstream` and a connection to it: a pooled one, or a
@@ -480,11 +509,7 @@ impl Exchange<'_> {
     /// Whether the final answer with `status` is not relayed because the
     /// request will be sent again (or answered 504, its budget spent).
     fn holds_back(&self, status: u16) -> bool {
-        let Some((policy, mut tries, more)) = self.hold else {
-            return false;
-        };
-        let now = tokio::time::Instant::now();
-        more && policy.decide(&mut tries, Failed::Status(status), now) != Verdict::Last
+        holds_back(self.hold, status)
     }
 }
 
@@ -579,10 +604,15 @@ impl Exchange<'_> {
             }
         };
         if self.holds_back(head.status.as_u16()) {
-            // Not relayed: the request goes again; this connection goes
-            // with the answer's body unread.
+            // Not relayed: the request goes again. The connection is
+            // pooled when the request went whole and the answer is
+            // already read whole (teapot_h1::retry::answer_read_whole),
+            // else it goes with the answer's body unread.
             let mut e = Stale::from(Failure::Upstream("a retried answer"));
             e.retry = Some(Failed::Status(head.status.as_u16()));
+            e.reusable = body_sent
+                && head.keep_alive
+                && teapot_h1::retry::answer_read_whole(head.len, head.framing, buf.len());
             return Err(e);
         }
         if let Some(started) = st.upstream_started.take() {

@@ -17,15 +17,15 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use http::header::{HOST, TE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri};
-use teapot_h1::ConnInfo;
+use teapot_h1::{ConnInfo, Failed, RetryPolicy, Tries, Verdict};
 
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::Endpoint;
@@ -34,7 +34,8 @@ use crate::plane::h2_stream::{
     send_flow_controlled,
 };
 use crate::plane::h2_upstream::{
-    OpenFailed, another_endpoint, edited_request, next_endpoint, open,
+    OpenFailed, after_try, another_endpoint, answer_error, connect_failed, edited_request,
+    endpoint_left, holds_back, idempotent, next_endpoint, open, retry_policy,
 };
 use crate::plane::proxy::Router;
 
@@ -93,8 +94,84 @@ struct Connection {
     used: Instant,
 }
 
+/// Request body bytes a retry may send again: kept as they go to the
+/// backend on a route with a retry policy, one stream's receive window
+/// (what the client may already make teapot hold for the stream). A
+/// longer body is streamed and never sent twice.
+const REPLAY_MAX: usize = STREAM_WINDOW as usize;
+
+/// The request body as far as the tries so far sent it, so that a retry
+/// sends the very same bytes again before the rest of the client's body.
+#[derive(Default)]
+struct Replay {
+    body: BytesMut,
+    /// More than [`REPLAY_MAX`] went: no try is sent again.
+    overflowed: bool,
+    /// The client's body ended; its trailers, if it had some.
+    ended: bool,
+    trailers: Option<HeaderMap>,
+}
+
+impl Replay {
+    /// Whether the body so far may be sent again: all of it is held.
+    fn held(replay: Option<&Mutex<Replay>>) -> bool {
+        replay.is_some_and(|r| !Replay::lock(r).overflowed)
+    }
+
+    /// The stream's tasks run on one thread: never contended, and no
+    /// guard is held across an await.
+    fn lock(replay: &Mutex<Replay>) -> std::sync::MutexGuard<'_, Replay> {
+        replay
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn keep(&mut self, chunk: &[u8]) {
+        if self.overflowed {
+            return;
+        }
+        if self.body.len() + chunk.len() > REPLAY_MAX {
+            self.overflowed = true;
+            self.body = BytesMut::new();
+            return;
+        }
+        self.body.extend_from_slice(chunk);
+    }
+}
+
+/// How one try failed: `retry` says as what when nothing of its answer
+/// went to the client, so the route's retry policy may send it again.
+struct TryFailed {
+    failure: Failure,
+    retry: Option<Failed>,
+}
+
+impl From<Failure> for TryFailed {
+    fn from(failure: Failure) -> Self {
+        TryFailed {
+            failure,
+            retry: None,
+        }
+    }
+}
+
+impl TryFailed {
+    fn before_answer(failure: Failure, failed: Failed) -> Self {
+        TryFailed {
+            failure,
+            retry: Some(failed),
+        }
+    }
+}
+
 /// Forwards the stream's request (already routed into `st`) to an h2c
-/// backend; an `Err` is answered by the caller.
+/// backend; an `Err` is answered by the caller. With the route's retry
+/// policy (an HTTPRoute rule's `retry`, `proxy-next-upstream*`;
+/// teapot_h1::retry, asked as the HTTP/2-to-HTTP/1 path asks it) a try
+/// that fails before anything of its answer reached the client is sent
+/// again: a retryable HTTP status (a gRPC error is a 200 with a
+/// `grpc-status` and is relayed), a reset stream or closed connection, a
+/// try past its timeout.
 pub(super) async fn forward(
     router: &Router,
     parts: &Parts,
@@ -118,11 +195,6 @@ pub(super) async fn forward(
     let uri = backend_uri(&uri, &headers, tls)?;
     // `:authority` carries it.
     headers.remove(HOST);
-    let mut req = Request::new(());
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = uri;
-    *req.version_mut() = http::Version::HTTP_2;
-    *req.headers_mut() = headers;
 
     let upstream = st
         .upstream
@@ -141,101 +213,209 @@ pub(super) async fn forward(
                 o.write_timeout,
             ),
         );
-    let mut sender = connect(router, st, &upstream, connect_timeout).await?;
+    // Read once: a body read to its end leaves the stream ended too.
     let no_body = st.client.body.is_empty();
-    let (response, request_body) = sender.send_request(req, no_body).map_err(|e| {
-        tracing::debug!(error = %e, "sending a request to an h2c upstream");
-        Failure::Upstream("the upstream refused the stream")
-    })?;
-    let started = st.upstream_started.take();
-    let body_limit = st.body_limit;
-    let gateway = st.gateway.as_ref();
-    let applied = st.policy.as_deref();
-    let endpoint = st.endpoint.as_ref();
-    let out = &mut st.client.out;
-    // `custom-http-errors`: the statuses the error backend's page replaces.
-    let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
-    let reason = &mut st.reason;
     let head_only = parts.method == http::Method::HEAD;
-    let mut sending = pin!(upload(
-        &mut st.client.body,
-        request_body,
-        no_body,
-        body_limit,
-        write_timeout,
-    ));
-    let mut receiving = pin!(async {
-        let response = match tokio::time::timeout(read_timeout, response).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "an h2c upstream's response");
-                return Err(Failure::Upstream("the upstream reset the stream"));
-            }
-            Err(_) => return Err(Failure::ReadTimeout),
-        };
-        if let Some(started) = started {
-            router
-                .metrics
-                .upstream_latency
-                .observe(started.elapsed().as_secs_f64());
-            crate::plane::traffic::ewma::measure(applied, endpoint, Some(started));
-        }
-        if response.headers().len() > MAX_RESPONSE_FIELDS {
-            // Dropping the response resets the stream (CANCEL).
-            return Err(Failure::Upstream(
-                "the upstream's response head has too many fields",
-            ));
-        }
-        let (mut head, mut body) = response.into_parts();
-        if let Some(pages) = pages.filter(|p| p.replaces(head.status.as_u16())) {
-            // Not relayed: dropping the body resets the backend's stream.
-            drop(body);
-            let page = Box::pin(pages.page(head.status.as_u16())).await;
-            *reason = Some(page.reason);
-            return out.page(page, head_only).await;
-        }
-        router.edit_response(head.status, &mut head.headers, gateway);
-        // The route's response fields (CORS, the affinity cookie).
-        crate::plane::traffic::engines::h2_response_edits(&mut head.headers, applied);
-        let end = body.is_end_stream();
-        out.send_head(Response::from_parts(head, ()), end)?;
-        if end {
-            return Ok(());
-        }
-        loop {
-            match tokio::time::timeout(read_timeout, body.data()).await {
-                Err(_) => return Err(Failure::ReadTimeout),
-                Ok(None) => break,
-                Ok(Some(Err(_))) => return Err(Failure::Upstream("the upstream reset the stream")),
-                Ok(Some(Ok(data))) => {
-                    let _ = body.flow_control().release_capacity(data.len());
-                    out.send_data(data, false).await?;
-                }
-            }
-        }
-        match tokio::time::timeout(read_timeout, body.trailers()).await {
-            Err(_) => Err(Failure::ReadTimeout),
-            Ok(Err(_)) => Err(Failure::Upstream("the upstream reset the stream")),
-            // Trailers are a header block too: the same count.
-            Ok(Ok(Some(trailers))) if trailers.len() > MAX_RESPONSE_FIELDS => Err(
-                Failure::Upstream("the upstream's trailers have too many fields"),
-            ),
-            Ok(Ok(Some(trailers))) => out.send_trailers(trailers),
-            Ok(Ok(None)) => out.send_data(Bytes::new(), true).await,
-        }
-    });
-    // Both ways at once: a streaming call's answer may begin before its
-    // request ends. The answer's end ends the exchange.
-    let mut uploaded = no_body;
+    let route_retry = retry_policy(st);
+    // Whether the body can be sent again is known as it goes: a replay
+    // keeps it (up to REPLAY_MAX) only on a route that may retry.
+    let retry = route_retry
+        .clone()
+        .filter(|p| p.may_resend(idempotent(&parts.method), true));
+    let spent = (route_retry.as_deref(), head_only);
+    let mut tries = retry
+        .as_ref()
+        .map(|_| Tries::new(tokio::time::Instant::now()));
+    let replay = retry.as_ref().map(|_| Mutex::new(Replay::default()));
     loop {
-        tokio::select! {
-            done = &mut sending, if !uploaded => {
-                match done {
-                    Ok(()) | Err(Upload::Refused) => uploaded = true,
-                    Err(Upload::Failed(failure)) => return Err(failure),
+        let mut req = Request::new(());
+        *req.method_mut() = parts.method.clone();
+        *req.uri_mut() = uri.clone();
+        *req.version_mut() = http::Version::HTTP_2;
+        // A route that may retry keeps the head for the next try.
+        *req.headers_mut() = match retry {
+            Some(_) => headers.clone(),
+            None => std::mem::take(&mut headers),
+        };
+        let tried = match connect(router, st, &upstream, connect_timeout).await {
+            Ok(sender) => {
+                let mut read_timeout = read_timeout;
+                let mut hold = None;
+                if let (Some(policy), Some(t)) = (retry.as_deref(), &tries) {
+                    read_timeout = policy.try_timeout(t, read_timeout, tokio::time::Instant::now());
+                    let more = endpoint_left(st, &upstream, policy.same_endpoint_again);
+                    hold = Some((policy, *t, more));
+                }
+                let timeouts = (read_timeout, write_timeout);
+                let one = Try {
+                    no_body,
+                    head_only,
+                    timeouts,
+                    hold,
+                    replay: replay.as_ref(),
+                };
+                one.run(router, st, sender, req).await
+            }
+            Err(failure) => {
+                let failed = connect_failed(&failure);
+                Err(TryFailed::before_answer(failure, failed))
+            }
+        };
+        let (failure, failed) = match tried {
+            Ok(()) => return Ok(()),
+            Err(TryFailed {
+                failure,
+                retry: Some(failed),
+            }) => (failure, failed),
+            Err(TryFailed { failure, .. }) => return Err(failure),
+        };
+        if !Replay::held(replay.as_ref()) {
+            return answer_error(st, spent, failed, failure);
+        }
+        match after_try(retry.as_deref(), &mut tries, failed, st, &upstream).await {
+            Some(Verdict::Retry(_)) => {}
+            Some(Verdict::Expired) => return Err(Failure::ReadTimeout),
+            _ => return answer_error(st, spent, failed, failure),
+        }
+    }
+}
+
+/// One try of a request on an h2c connection.
+struct Try<'a> {
+    no_body: bool,
+    head_only: bool,
+    /// The try's read (cut to the request's retry budget) and write
+    /// timeouts.
+    timeouts: (Duration, Duration),
+    /// The retry policy, the tries so far and whether an endpoint is
+    /// left: an answer it would retry is held back.
+    hold: Option<(&'a RetryPolicy, Tries, bool)>,
+    /// What a retry would send again: the route may retry.
+    replay: Option<&'a Mutex<Replay>>,
+}
+
+impl Try<'_> {
+    async fn run(
+        &self,
+        router: &Router,
+        st: &mut StreamCtx<'_>,
+        mut sender: SendRequest<Bytes>,
+        req: Request<()>,
+    ) -> Result<(), TryFailed> {
+        let (read_timeout, write_timeout) = self.timeouts;
+        let no_body = self.no_body;
+        let (response, request_body) = sender.send_request(req, no_body).map_err(|e| {
+            tracing::debug!(error = %e, "sending a request to an h2c upstream");
+            let failure = Failure::Upstream("the upstream refused the stream");
+            TryFailed::before_answer(failure, Failed::Closed)
+        })?;
+        let started = st.upstream_started.take();
+        let body_limit = st.body_limit;
+        let gateway = st.gateway.as_ref();
+        let applied = st.policy.as_deref();
+        let endpoint = st.endpoint.as_ref();
+        let out = &mut st.client.out;
+        // `custom-http-errors`: the statuses the error backend's page replaces.
+        let pages = st.policy.as_ref().and_then(|p| p.error_pages.as_deref());
+        let reason = &mut st.reason;
+        let head_only = self.head_only;
+        let (hold, replay) = (self.hold, self.replay);
+        let mut sending = pin!(upload(
+            &mut st.client.body,
+            replay,
+            request_body,
+            no_body,
+            body_limit,
+            write_timeout,
+        ));
+        let mut receiving = pin!(async {
+            let response = match tokio::time::timeout(read_timeout, response).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "an h2c upstream's response");
+                    let failure = Failure::Upstream("the upstream reset the stream");
+                    return Err(TryFailed::before_answer(failure, Failed::Closed));
+                }
+                Err(_) => {
+                    return Err(TryFailed::before_answer(
+                        Failure::ReadTimeout,
+                        Failed::Timeout,
+                    ));
+                }
+            };
+            if response.headers().len() > MAX_RESPONSE_FIELDS {
+                // Dropping the response resets the stream (CANCEL).
+                let failure = Failure::Upstream("the upstream's response head has too many fields");
+                return Err(TryFailed::before_answer(failure, Failed::BadResponse));
+            }
+            let status = response.status().as_u16();
+            if Replay::held(replay) && holds_back(hold, status) {
+                // Not relayed: dropping the answer resets its stream, and
+                // the request goes again.
+                let failure = Failure::Upstream("a retried answer");
+                return Err(TryFailed::before_answer(failure, Failed::Status(status)));
+            }
+            if let Some(started) = started {
+                router
+                    .metrics
+                    .upstream_latency
+                    .observe(started.elapsed().as_secs_f64());
+                crate::plane::traffic::ewma::measure(applied, endpoint, Some(started));
+            }
+            let (mut head, mut body) = response.into_parts();
+            if let Some(pages) = pages.filter(|p| p.replaces(status)) {
+                // Not relayed: dropping the body resets the backend's stream.
+                drop(body);
+                let page = Box::pin(pages.page(status)).await;
+                *reason = Some(page.reason);
+                return Ok(out.page(page, head_only).await?);
+            }
+            router.edit_response(head.status, &mut head.headers, gateway);
+            // The route's response fields (CORS, the affinity cookie).
+            crate::plane::traffic::engines::h2_response_edits(&mut head.headers, applied);
+            let end = body.is_end_stream();
+            out.send_head(Response::from_parts(head, ()), end)?;
+            if end {
+                return Ok(());
+            }
+            loop {
+                match tokio::time::timeout(read_timeout, body.data()).await {
+                    Err(_) => return Err(Failure::ReadTimeout.into()),
+                    Ok(None) => break,
+                    Ok(Some(Err(_))) => {
+                        return Err(Failure::Upstream("the upstream reset the stream").into());
+                    }
+                    Ok(Some(Ok(data))) => {
+                        let _ = body.flow_control().release_capacity(data.len());
+                        out.send_data(data, false).await?;
+                    }
                 }
             }
-            done = &mut receiving => return done,
+            let end = match tokio::time::timeout(read_timeout, body.trailers()).await {
+                Err(_) => Err(Failure::ReadTimeout),
+                Ok(Err(_)) => Err(Failure::Upstream("the upstream reset the stream")),
+                // Trailers are a header block too: the same count.
+                Ok(Ok(Some(trailers))) if trailers.len() > MAX_RESPONSE_FIELDS => Err(
+                    Failure::Upstream("the upstream's trailers have too many fields"),
+                ),
+                Ok(Ok(Some(trailers))) => out.send_trailers(trailers),
+                Ok(Ok(None)) => out.send_data(Bytes::new(), true).await,
+            };
+            Ok(end?)
+        });
+        // Both ways at once: a streaming call's answer may begin before its
+        // request ends. The answer's end ends the exchange.
+        let mut uploaded = no_body;
+        loop {
+            tokio::select! {
+                done = &mut sending, if !uploaded => {
+                    match done {
+                        Ok(()) | Err(Upload::Refused) => uploaded = true,
+                        Err(Upload::Failed(failure)) => return Err(failure.into()),
+                    }
+                }
+                done = &mut receiving => return done,
+            }
         }
     }
 }
@@ -262,9 +442,11 @@ impl From<Failure> for Upload {
 
 /// Streams the client's request body and trailers to the backend; a
 /// backend whose window does not take a piece within `write_timeout` (the
-/// upstream write timeout) fails the exchange.
+/// upstream write timeout) fails the exchange. With a `replay`, what
+/// earlier tries sent goes first, and what goes is kept for a next try.
 async fn upload(
     body: &mut RequestBody,
+    replay: Option<&Mutex<Replay>>,
     mut to: h2::SendStream<Bytes>,
     no_body: bool,
     limit: u64,
@@ -277,26 +459,54 @@ async fn upload(
         tracing::debug!(error = %e, "an h2c upstream stopped taking the request body");
         Upload::Refused
     };
-    while let Some(chunk) = body.read().await? {
-        if limit > 0 && body.bytes > limit {
-            to.send_reset(h2::Reason::CANCEL);
-            return Err(Failure::BodyTooLarge.into());
+    let unsent = |unsent| match unsent {
+        Unsent::Stalled => Failure::Upstream("the upstream did not open its window in time").into(),
+        Unsent::Gone(e) => gone(e),
+    };
+    let mut ended = None;
+    if let Some(replay) = replay {
+        let (again, end) = {
+            let r = Replay::lock(replay);
+            let again = Bytes::copy_from_slice(&r.body);
+            (again, r.ended.then(|| r.trailers.clone()))
+        };
+        if !again.is_empty() {
+            send_flow_controlled(&mut to, again, false, write_timeout)
+                .await
+                .map_err(unsent)?;
         }
-        if chunk.is_empty() {
-            // An empty DATA frame carries nothing but its END_STREAM flag,
-            // which the end below sends.
-            continue;
-        }
-        send_flow_controlled(&mut to, chunk, false, write_timeout)
-            .await
-            .map_err(|unsent| match unsent {
-                Unsent::Stalled => {
-                    Failure::Upstream("the upstream did not open its window in time").into()
-                }
-                Unsent::Gone(e) => gone(e),
-            })?;
+        ended = end;
     }
-    match body.trailers().await? {
+    let trailers = match ended {
+        Some(trailers) => trailers,
+        None => {
+            while let Some(chunk) = body.read().await? {
+                if limit > 0 && body.bytes > limit {
+                    to.send_reset(h2::Reason::CANCEL);
+                    return Err(Failure::BodyTooLarge.into());
+                }
+                if chunk.is_empty() {
+                    // An empty DATA frame carries nothing but its END_STREAM flag,
+                    // which the end below sends.
+                    continue;
+                }
+                if let Some(replay) = replay {
+                    Replay::lock(replay).keep(&chunk);
+                }
+                send_flow_controlled(&mut to, chunk, false, write_timeout)
+                    .await
+                    .map_err(unsent)?;
+            }
+            let trailers = body.trailers().await?;
+            if let Some(replay) = replay {
+                let mut r = Replay::lock(replay);
+                r.ended = true;
+                r.trailers = trailers.clone();
+            }
+            trailers
+        }
+    };
+    match trailers {
         Some(trailers) => to.send_trailers(trailers).map_err(gone),
         None => to.send_data(Bytes::new(), true).map_err(gone),
     }
@@ -434,6 +644,23 @@ async fn handshake(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replay_holds_the_body_up_to_its_bound_or_nothing() {
+        let replay = Mutex::new(Replay::default());
+        assert!(Replay::held(Some(&replay)));
+        assert!(!Replay::held(None));
+        Replay::lock(&replay).keep(&[1; REPLAY_MAX - 1]);
+        Replay::lock(&replay).keep(&[2]);
+        assert!(Replay::held(Some(&replay)));
+        assert_eq!(Replay::lock(&replay).body.len(), REPLAY_MAX);
+        // One byte more: nothing is sent again, and nothing is kept.
+        Replay::lock(&replay).keep(&[3]);
+        assert!(!Replay::held(Some(&replay)));
+        assert!(Replay::lock(&replay).body.is_empty());
+        Replay::lock(&replay).keep(&[4]);
+        assert!(Replay::lock(&replay).body.is_empty());
+    }
 
     #[test]
     fn the_backend_uri_is_cleartext_with_the_request_authority() {
