@@ -272,9 +272,88 @@ class KeepWhere:
         self.text = text
 
 
+class MergeBase:
+    """`patch := client.MergeFrom(obj.DeepCopy())` of a Fetched `obj`: the
+    patch base, `obj` itself then the Mutation the assignments change
+    (controller-runtime's other idiom: `client.Patch(ctx, obj, patch)`)."""
+
+    def __init__(self, mutation, text):
+        self.mutation = mutation
+        self.text = text
+
+
+class Listed:
+    """What `Client.List(ctx, list, opts...)` leaves in `list`: the
+    objects of a kind in a namespace whose labels match a selector, known
+    only at run time; `list.Items` is a RunList."""
+
+    def __init__(self, kind, namespace, selector, text):
+        self.kind = kind
+        self.namespace = namespace
+        self.selector = selector
+        self.text = text
+
+    def json(self):
+        return {"List": {"Kind": self.kind, "Namespace": self.namespace, "Selector": kube_json(self.selector, "selector")}}
+
+
+class RunList:
+    """The items of a Listed (`pods.Items`): a list known only at run time,
+    which a loop over it writes as `forEach`."""
+
+    def __init__(self, listed, text):
+        self.listed = listed
+        self.text = text
+
+
+class Each:
+    """The element a loop over a run-time list binds (`for _, pod := range
+    pods.Items`): its fields are EachRefs."""
+
+    def __init__(self, var, path=""):
+        self.var = var
+        self.path = path
+        self.text = var
+
+    def json(self):
+        return {"Each": self.var, "Path": self.path}
+
+
+class EachRef(Each):
+    """A field of an Each (`pod.Spec.NodeName`, `pod.GetName()`,
+    `podIP.IP`): `{"Each": var, "Path": JSON pointer}`."""
+
+
+class GoMethod:
+    """A method expression of the standard library (`netip.Addr.Is4`): a
+    function value, called on a run-time value as a Predicate."""
+
+    def __init__(self, name):
+        self.name = name
+        self.text = name
+
+
+class Predicate:
+    """A condition on run-time values, as data: `{"Func": name, "Args":
+    [...]}` for a GoMethod called, `{"Not": p}` for `!p`."""
+
+    def __init__(self, value, text):
+        self.value = value
+        self.text = text
+
+
+# Calls whose value is their one argument as the data writes it: a
+# `netip.Addr` is written as its text, a `labels.Selector` as the
+# `LabelSelector` it was made from.
+IDENTITY_CALLS = {
+    ("net/netip", "ParseAddr"),
+    ("net/netip", "MustParseAddr"),
+    ("k8s.io/apimachinery/pkg/apis/meta/v1", "LabelSelectorAsSelector"),
+}
+
 # Values the reader keeps but which are not plain data: in a case or a
 # check they are run-time values.
-RUNTIME_VALUES = (Fetched, FieldRef, Mutation, KubeObject, KeepWhere)
+RUNTIME_VALUES = (Fetched, FieldRef, Mutation, KubeObject, KeepWhere, MergeBase, Listed, RunList, Each, Predicate)
 # A field holding an embedded struct (`CommonRouteSpec:
 # gatewayv1.CommonRouteSpec{...}`) is read under this prefix: Kubernetes'
 # JSON inlines it.
@@ -311,8 +390,10 @@ def kube_json(value, where=""):
     field names by json_field_name, `ObjectMeta` as `metadata`, embedded
     structs inlined, nil pointers left out. Raises GoError at a run-time
     value."""
-    if isinstance(value, FieldRef):
+    if isinstance(value, (FieldRef, Each)):
         return value.json()
+    if isinstance(value, Predicate):
+        return value.value
     if isinstance(value, KubeObject):
         return value.value
     if isinstance(value, (Unresolved, Fetched, Mutation)):
@@ -423,6 +504,10 @@ class Reader:
         k = start + 4
         while k < end - 1:
             kind, tok = self.peek(k)
+            if tok == "(":
+                # A func type's parameters and results: no fields.
+                k = self.skip_parens(k)
+                continue
             if kind == "ident" and self.peek(k + 1)[1] == ",":
                 names.append(tok)
                 k += 2
@@ -649,6 +734,13 @@ class Reader:
         kind, tok = self.peek(i)
         if tok == "&":
             return self.unary(i + 1)
+        if tok == "!":
+            value, j = self.unary(i + 1)
+            if isinstance(value, bool):
+                return not value, j
+            if isinstance(value, Predicate):
+                return Predicate({"Not": value.value}, "!" + value.text), j
+            return Unresolved(self.text(i, j)), j
         if tok == "-" and self.peek(i + 1)[0] == "num":
             v, j = self.unary(i + 1)
             return -v, j
@@ -726,6 +818,29 @@ class Reader:
                 return special
             if rest == "DeepCopy" and end == i + 2 and isinstance(self.env.get(head), Fetched):
                 return Mutation(self.env[head], self.text(start, end)), end
+            if isinstance(self.env.get(head), Each) and re.fullmatch(r"Get[A-Z][A-Za-z]*", rest) and end == i + 2:
+                # `pod.GetName()`: ObjectMeta's getters read metadata.
+                each = self.env[head]
+                return EachRef(each.var, f"{each.path}/metadata/{json_field_name(rest[3:])}"), end
+            method = walk_fields(self.env.get(head), rest.split(".")) if rest and head in self.env else self.env.get(name)
+            if isinstance(method, GoMethod):
+                # `ipFamily.isMember(ip)`, `family(ip)`: a method expression
+                # called.
+                try:
+                    args = self.call_values(i)
+                except GoError:
+                    args = None
+                if args is None:
+                    return Unresolved(self.text(start, end)), end
+                return Predicate({"Func": method.name, "Args": [kube_json(a, method.name) for a in args]}, self.text(start, end)), end
+            if (path, rest) in IDENTITY_CALLS:
+                try:
+                    value, j = self.expr(args_start)
+                    if j == end - 1:
+                        return value, end
+                except GoError:
+                    pass
+                return Unresolved(self.text(start, end)), end
             if path == KUBERNETES_PACKAGE:
                 return self.kubernetes_call(rest, start, i, end)
             if not rest and name not in self.env and name in self.env.get(PACKAGE, {}).get("funcs", {}):
@@ -774,6 +889,14 @@ class Reader:
                 except GoError:
                     pass
             return Unresolved(self.text(start, end)), end
+        if rest and isinstance(self.env.get(head), Each):
+            pointer, j = self.field_pointer(rest, i)
+            return EachRef(self.env[head].var, self.env[head].path + pointer), j
+        if rest == "Items" and isinstance(self.env.get(head), Listed):
+            return RunList(self.env[head], self.text(start, i)), i
+        if path == "net/netip" and re.fullmatch(r"Addr\.[A-Z][A-Za-z0-9]*", rest or ""):
+            # `netip.Addr.Is4`: a method expression, a function value.
+            return GoMethod(name), i
         if rest and isinstance(self.env.get(head), Fetched):
             pointer, j = self.field_pointer(rest, i)
             if self.env[head].after_change:
@@ -1230,6 +1353,201 @@ def fetched(declared, tokens, args, env, text):
     return Fetched(kind, {"Name": nn.get("Name", ""), "Namespace": nn.get("Namespace", "")}, text)
 
 
+def listed(declared, tokens, args, env, text):
+    """The value `Client.List(ctx, list, opts...)` leaves in `list`: a
+    Listed of the kind `list` was declared with (`&corev1.PodList{}`: Pod),
+    in the namespace of `client.InNamespace(ns)`, matching the labels of
+    `client.MatchingLabelsSelector{Selector: s}` (a LabelSelector, as
+    `metav1.LabelSelectorAsSelector` was given it) or
+    `client.MatchingLabels{...}`; a run-time value when an option is
+    another or a value is not known."""
+    kind = declared.get("Kind") if isinstance(declared, dict) else None
+    if not kind or not kind.endswith("List") or len(kind) == 4:
+        return Unresolved(text)
+    r = Reader(tokens, env)
+    namespace, selector = "", {}
+    for a, b in args[2:]:
+        option = "".join(tok for _, tok in tokens[a:a + 4])
+        try:
+            if option == "client.InNamespace(":
+                value, j = r.expr(a + 4)
+                if j != b - 1 or not isinstance(value, str):
+                    return Unresolved(text)
+                namespace = value
+            elif option == "client.MatchingLabelsSelector{":
+                value, j = r.expr(a)
+                if j != b or not isinstance(value, dict) or set(value) != {"Selector"}:
+                    return Unresolved(text)
+                selector = value["Selector"]
+            elif option == "client.MatchingLabels{":
+                value, j = r.expr(a)
+                if j != b or not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                    return Unresolved(text)
+                selector = {"MatchLabels": value}
+            else:
+                return Unresolved(text)
+        except GoError:
+            return Unresolved(text)
+    if isinstance(selector, Unresolved) or (not isinstance(selector, FieldRef) and unresolved_in(selector)):
+        return Unresolved(text)
+    return Listed(kind[:-4], namespace, selector, text)
+
+
+def merge_base(tokens, i, env):
+    """At `patch := client.MergeFrom(obj.DeepCopy())`, `obj` a Fetched: the
+    index after it, `obj` made the Mutation its later assignments change
+    and `patch` its MergeBase; else None."""
+    t = [tok for _, tok in tokens[i:i + 12]]
+    if len(t) < 12 or t[1] != ":=" or t[2:6] != ["client", ".", "MergeFrom", "("] or t[7:12] != [".", "DeepCopy", "(", ")", ")"]:
+        return None
+    if tokens[i][0] != "ident" or not isinstance(env.get(t[6]), Fetched):
+        return None
+    mutation = Mutation(env[t[6]], t[6])
+    env[t[6]] = mutation
+    env[t[0]] = MergeBase(mutation, "".join(t[2:12]))
+    return i + 12
+
+
+def guard_statement(tokens, i, env):
+    """At `if len(obj.F) == 0 { continue }`, `obj` a Mutation: the index
+    after it, the rest of the loop body (its changes) made under the
+    condition that the patched object's list is not empty; else None."""
+    if tokens[i][1] != "if" or tokens[i + 1][1] != "len" or tokens[i + 2][1] != "(":
+        return None
+    head = tokens[i + 3][1]
+    if not isinstance(env.get(head), Mutation) or tokens[i + 4][1] != "." or tokens[i + 5][0] != "ident":
+        return None
+    r = Reader(tokens, env)
+    try:
+        pointer, j = r.field_pointer(tokens[i + 5][1], i + 6)
+    except GoError:
+        return None
+    if [tok for _, tok in tokens[j:j + 7]] != [")", "==", "0", "{", "continue", "}", tokens[j + 6][1]] or tokens[j + 5][1] != "}":
+        return None
+    env[GUARD] = (env[head], {"NotEmpty": pointer}, r.text(i + 1, j + 3) + " is false")
+    return j + 6
+
+
+def each_loop(tokens, i, env):
+    """At `for _, v := range X {` over a list known only at run time (a
+    RunList such as `pods.Items`) whose body appends to a Mutation's list
+    (`obj.F = append(obj.F, value)`): the index after the loop, the append
+    recorded as one patch operation `{"op": "add", "path": F/-, "forEach",
+    "where", "value"}` (or why it is not, as the Mutation's problem); else
+    None. See each_body."""
+    if not (
+        tokens[i][1] == "for" and tokens[i + 1][0] == "ident" and tokens[i + 2][1] == ","
+        and tokens[i + 3][0] == "ident" and tokens[i + 4][1] == ":=" and tokens[i + 5][1] == "range"
+    ):
+        return None
+    r = Reader(tokens, env)
+    try:
+        values, j = range_value(tokens, i + 6, env)
+    except GoError:
+        return None
+    if not isinstance(values, RunList) or tokens[j][1] != "{":
+        return None
+    body_end = r.skip_braces(j)
+    mutation = next(
+        (env[tokens[k][1]] for k in range(j, body_end - 3)
+         if isinstance(env.get(tokens[k][1]), Mutation) and tokens[k - 1][1] != "." and tokens[k + 1][1] == "."),
+        None,
+    )
+    if mutation is None:
+        return None
+    var = tokens[i + 3][1]
+    for_each = [{"Each": var, "In": values.listed.json()}]
+    try:
+        each_body(tokens, j + 1, body_end - 1, {**env, var: Each(var)}, for_each, [], mutation)
+    except GoError as e:
+        mutation.problem = mutation.problem or f"{r.text(i, j)} {{...}}: {e}"
+    return body_end
+
+
+def range_value(tokens, i, env):
+    """The value of a `range` clause's expression from token i, which ends
+    at the loop body's `{` (Go reads `range pods.Items {` so, not as a
+    composite literal): (value, the index of the `{`)."""
+    depth, k = 0, i
+    while k < len(tokens) and not (depth == 0 and tokens[k][1] == "{"):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(tokens[k][1], 0)
+        k += 1
+    value, j = Reader(tokens[:k] + [("eof", "")] * 8, env).expr(i)
+    if j != k:
+        raise GoError(f"{Reader(tokens, env).text(i, k)} is not a value the reader evaluates")
+    return value, k
+
+
+def each_body(tokens, start, end, env, for_each, where, mutation):
+    """The statements of a loop over run-time values, the only ones read
+    there: `x := v` / `x, err := v` (a value, the first name bound),
+    `if P { continue }` (the elements where P holds are skipped: a
+    `where` of `!P`), a nested `for _, w := range <a field of an element>
+    {...}`, calls of `require`/`assert` (judgements of the test's own
+    values, nothing the data carries), and `obj.F = append(obj.F, value)`
+    of the Mutation: an operation adding `value` for every combination of
+    elements that passes every `where`. Raises GoError at anything else."""
+    r = Reader(tokens, env)
+    i = start
+    while i < end:
+        t = [tok for _, tok in tokens[i:i + 6]]
+        if t[0] == "for" and tokens[i + 1][0] == "ident" and t[2] == "," and t[4] == ":=" and t[5] == "range":
+            values, j = range_value(tokens, i + 6, env)
+            if not isinstance(values, (RunList, EachRef)) or tokens[j][1] != "{":
+                raise GoError(f"a loop over {r.text(i + 6, j)}, which is not a run-time list")
+            body_end = r.skip_braces(j)
+            source = values.listed.json() if isinstance(values, RunList) else values.json()
+            var = t[3]
+            each_body(tokens, j + 1, body_end - 1, {**env, var: Each(var)}, for_each + [{"Each": var, "In": source}], list(where), mutation)
+            i = body_end
+            continue
+        if t[0] == "if":
+            cond, j = r.expr(i + 1)
+            if [tok for _, tok in tokens[j:j + 3]] != ["{", "continue", "}"]:
+                raise GoError(f"if {r.text(i + 1, j)} {{...}} is not `{{ continue }}`")
+            if not isinstance(cond, Predicate):
+                raise GoError(f"{r.text(i + 1, j)} is not a condition the data writes")
+            where.append({"Not": cond.value} if "Not" not in cond.value else cond.value["Not"])
+            i = j + 3
+            continue
+        if t[0] in ("require", "assert") and t[1] == "." and t[3] == "(":
+            i = r.skip_parens(i + 3)
+            continue
+        if tokens[i][0] == "ident" and t[1] in (":=", "="):
+            if isinstance(env.get(t[0]), Mutation) or t[0] not in env and t[1] == "=":
+                raise GoError(f"{t[0]} {t[1]} ... changes a value outside the loop")
+            value, j = r.expr(i + 2)
+            env[t[0]] = value
+            i = j
+            continue
+        if tokens[i][0] == "ident" and t[1] == "," and t[3] in (":=", "="):
+            value, j = r.expr(i + 4)
+            env[t[0]] = value
+            i = j
+            continue
+        if env.get(t[0]) is mutation and t[1] == ".":
+            pointer, j = r.field_pointer(tokens[i + 2][1], i + 3)
+            lhs = r.text(i, j)
+            if tokens[j][1] != "=" or tokens[j + 1][1] != "append" or tokens[j + 2][1] != "(":
+                raise GoError(f"{lhs} is changed other than by an append")
+            args = call_args(tokens, j + 2)
+            if len(args) != 2 or r.text(*args[0]) != lhs or tokens[args[1][1] - 1][1] == "...":
+                raise GoError(f"{r.text(j + 1, r.skip_parens(j + 2))} is not an append of one value to {lhs}")
+            value, k = r.expr(args[1][0])
+            if k != args[1][1]:
+                raise GoError(f"{r.text(*args[1])} is not a value the reader evaluates")
+            found = unresolved_in(kube_json(value, pointer)) if not isinstance(value, Each) else None
+            if found:
+                raise GoError(f"{found[0]}: {found[1]} is computed at run time")
+            op = {"op": "add", "path": pointer + "/-", "forEach": for_each, "value": kube_json(value, pointer)}
+            if where:
+                op["where"] = list(where)
+            mutation.ops.append(op)
+            i = r.skip_parens(j + 2)
+            continue
+        raise GoError(f"{r.text(i, min(i + 6, end))} ... is not read in a loop over run-time values")
+
+
 def object_ref(value):
     """`{kind, namespace, name}` of a step's object."""
     return {"kind": value.kind, "namespace": value.nn.get("Namespace", ""), "name": value.nn.get("Name", "")}
@@ -1250,15 +1568,25 @@ def client_change(tokens, i, env):
     if j != args[1][1]:
         return None, f"{r.text(*args[1])} is not a value the reader evaluates"
     text = r.text(*args[1])
+    guard = env.get(GUARD)
+    if guard and not (method == "Patch" and guard[0] is obj):
+        return None, f"made only when {guard[2]}, a condition on another object"
     if method in ("Patch", "Update") and isinstance(obj, Mutation):
         if method == "Patch":
             patch = r.text(*args[2]) if len(args) > 2 else ""
             base = patch.removeprefix("client.MergeFrom(").removesuffix(")")
-            if not patch.startswith("client.MergeFrom(") or not isinstance(env.get(base), Fetched) or env[base].nn != obj.fetched.nn:
+            merged = env.get(patch) if len(args) > 2 and args[2][1] == args[2][0] + 1 else None
+            if isinstance(merged, MergeBase):
+                if merged.mutation is not obj:
+                    return None, f"the patch {patch} is not client.MergeFrom of a copy of {text}"
+            elif not patch.startswith("client.MergeFrom(") or not isinstance(env.get(base), Fetched) or env[base].nn != obj.fetched.nn:
                 return None, f"the patch {patch} is not client.MergeFrom of the object {text} was copied from"
         if obj.problem:
             return None, obj.problem
-        return {"change": "patch", **object_ref(obj.fetched), "jsonPatch": obj.ops}, None
+        step = {"change": "patch", **object_ref(obj.fetched), "jsonPatch": obj.ops}
+        if guard:
+            step["when"] = guard[1]
+        return step, None
     if method in ("Create", "Update") and isinstance(obj, KubeObject):
         return {"change": "apply", **object_ref(obj), "object": obj.value}, None
     if method == "Delete" and isinstance(obj, (KubeObject, Fetched)):
@@ -1857,6 +2185,10 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
     state = {"changed": None, "steps": []} if state is None else state
 
     def add_case(entry):
+        if env.get(GUARD) and entry[1] is not None:
+            # After `if len(obj.F) == 0 { continue }`: run or not by a
+            # condition only the steps' patch carries.
+            entry = (entry[0], None, f"run only when {env[GUARD][2]}, a condition known at run time")
         cases.append(entry)
         state["steps"].append(("case", entry))
 
@@ -1865,6 +2197,18 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
         kind, tok = tokens[i]
         while subtests and subtests[-1][0] <= i:
             subtests.pop()
+        after_each = each_loop(tokens, i, env)
+        if after_each:
+            i = after_each
+            continue
+        after_guard = guard_statement(tokens, i, env)
+        if after_guard:
+            i = after_guard
+            continue
+        after_base = merge_base(tokens, i, env) if tokens[i - 1][1] != "." else None
+        if after_base:
+            i = after_base
+            continue
         loop = range_loop(tokens, i, env) or index_loop(tokens, i, env)
         kept = keep_loop(tokens, i, env)
         if kept:
@@ -1926,7 +2270,8 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             and is_status_check(tokens, i)
         ):
             subtest = "/".join(name for _, name in subtests)
-            check = status_check(tokens, i, env, subtest, state["changed"])
+            guarded = env.get(GUARD) and f"the condition {env[GUARD][2]} (known at run time)"
+            check = status_check(tokens, i, env, subtest, state["changed"] or guarded)
             checks.append(check)
             state["steps"].append(("check", check))
         # `suite.Client.Patch/Delete/Update/Create(...)` (or a client
@@ -1961,7 +2306,7 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
             if len(args) >= 2 and target and target[-1] == args[-1 if tokens[i + 2][1] == "Get" else 1]:
                 name = tokens[target[-1][0]][1]
                 text = f"{name} (read with Client.{tokens[i + 2][1]})"
-                env[name] = fetched(env.get(name), tokens, args, env, text) if tokens[i + 2][1] == "Get" else Unresolved(text)
+                env[name] = fetched(env.get(name), tokens, args, env, text) if tokens[i + 2][1] == "Get" else listed(env.get(name), tokens, args, env, text)
                 if isinstance(env[name], Fetched):
                     env[name].after_change = changed_before(env[name], state)
         # `mutate.Spec.X = value` on a DeepCopy of a fetched object: an
@@ -2010,6 +2355,26 @@ def scan_body(tokens, start, end, env=None, subtests=(), state=None):
                     env[tokens[i + 2][1]] = hostnames
                 i = rhs
                 continue
+        # `selector, err := metav1.LabelSelectorAsSelector(x)` and the other
+        # IDENTITY_CALLS with an error result: the first name is the value.
+        if (
+            kind == "ident"
+            and tokens[i + 1][1] == ","
+            and tokens[i + 2][0] == "ident"
+            and tokens[i + 3][1] in (":=", "=")
+            and tokens[i - 1][1] not in (",", ".")
+            and tokens[i + 4][0] == "ident"
+            and tokens[i + 5][1] == "."
+            and (import_path(env, tokens[i + 4][1]), tokens[i + 6][1]) in IDENTITY_CALLS
+            and tokens[i + 4][1] not in env
+        ):
+            try:
+                value, j = r.expr(i + 4)
+            except GoError:
+                value, j = Unresolved(tok), i + 4
+            env[tok] = value
+            i = j
+            continue
         # `name := func(params) results { body }`: a local function, read
         # where it is called (with its arguments), not where it is written.
         if kind == "ident" and tokens[i + 1][1] == ":=" and tokens[i + 2][1] == "func" and tokens[i + 3][1] == "(":
@@ -2425,6 +2790,10 @@ WEBSOCKET_PACKAGE = "golang.org/x/net/websocket"
 # Where the reader keeps the struct types a test body declares (`type args
 # struct {...}`), whose lower-case names start composite literals.
 LOCAL_TYPES = "\0types"
+# Where the reader keeps the condition the rest of a loop body runs under
+# (`if len(obj.Endpoints) == 0 { continue }`): (the Mutation, its data,
+# its text).
+GUARD = "\0guard"
 
 
 class Fresh:

@@ -1208,3 +1208,116 @@ fn checks_written_as_code_are_cases() {
         "{unported:?}"
     );
 }
+
+/// EndpointSlices filled with the pods a test lists (HTTPRouteServiceTypes'
+/// `setupEndpointSlices`, in another shape): `Client.List` with its
+/// namespace and labels, `patch := client.MergeFrom(obj.DeepCopy())`, a
+/// loop over the listed pods and their IPs appending to the object's list
+/// (`forEach`), the IP family a method expression passed in (`where`), the
+/// patch skipped when nothing was appended (`when`); a loop body with a
+/// statement the reader does not read leaves the cases after it unported.
+#[test]
+fn endpoint_slices_of_listed_pods_are_a_step() {
+    let go = |name: &str, extra: &str| {
+        format!(
+            r#"package tests
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sigs.k8s.io/gateway-api/conformance/utils/http"
+	"sigs.k8s.io/gateway-api/conformance/utils/kubernetes"
+	"sigs.k8s.io/gateway-api/conformance/utils/suite"
+)
+
+var {name} = suite.ConformanceTest{{
+	ShortName: "{name}",
+	Manifests: []string{{"tests/teapot-slices.yaml"}},
+	Test: func(t *testing.T, s *suite.ConformanceTestSuite) {{
+		ns := "gateway-conformance-infra"
+		gwNN := types.NamespacedName{{Name: "same-namespace", Namespace: ns}}
+		gwAddr := kubernetes.GatewayAndHTTPRoutesMustBeAccepted(t, s.Client, s.TimeoutConfig, s.ControllerName, kubernetes.NewGatewayRef(gwNN), types.NamespacedName{{Name: "r", Namespace: ns}})
+		pods := &corev1.PodList{{}}
+		_ = s.Client.List(context.TODO(), pods, client.InNamespace(ns), client.MatchingLabels{{"app": "infra-backend-v2"}})
+		fill(t, s.Client, []string{{"mine-v4"}}, ns, pods, netip.Addr.Is4)
+		http.MakeRequestAndExpectEventuallyConsistentResponse(t, s.RoundTripper, s.TimeoutConfig, gwAddr, http.ExpectedResponse{{
+			Request: http.Request{{Path: "/mine"}}, Backend: "infra-backend-v2", Namespace: ns,
+		}})
+	}},
+}}
+
+func fill(t *testing.T, c client.Client, names []string, ns string, pods *corev1.PodList, family func(netip.Addr) bool) {{
+	for _, name := range names {{
+		slice := &discoveryv1.EndpointSlice{{}}
+		_ = c.Get(context.TODO(), client.ObjectKey{{Name: name, Namespace: ns}}, slice)
+		patch := client.MergeFrom(slice.DeepCopy())
+		for _, p := range pods.Items {{
+			for _, a := range p.Status.PodIPs {{
+				ip, _ := netip.ParseAddr(a.IP)
+				if !family(ip) {{
+					continue
+				}}
+				{extra}
+				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{{
+					Addresses: []string{{a.IP}},
+					TargetRef: &corev1.ObjectReference{{Name: p.GetName(), UID: p.GetUID()}},
+				}})
+			}}
+		}}
+		if len(slice.Endpoints) == 0 {{
+			continue
+		}}
+		_ = c.Patch(context.TODO(), slice, patch)
+	}}
+}}
+"#
+        )
+    };
+    let t = port_one("TeapotSlices", "teapot-slices", &go("TeapotSlices", ""));
+    let ns = "gateway-conformance-infra";
+    let each = |var: &str, path: &str| serde_json::json!({"Each": var, "Path": path});
+    assert_eq!(
+        t["steps"],
+        serde_json::json!([
+            {"check": 0},
+            {"change": "patch", "kind": "EndpointSlice", "namespace": ns, "name": "mine-v4",
+             "jsonPatch": [{
+                "op": "add", "path": "/endpoints/-",
+                "forEach": [
+                    {"Each": "p", "In": {"List": {"Kind": "Pod", "Namespace": ns,
+                        "Selector": {"matchLabels": {"app": "infra-backend-v2"}}}}},
+                    {"Each": "a", "In": each("p", "/status/podIPs")},
+                ],
+                "where": [{"Func": "netip.Addr.Is4", "Args": [each("a", "/ip")]}],
+                "value": {"addresses": [each("a", "/ip")],
+                          "targetRef": {"name": each("p", "/metadata/name"), "uid": each("p", "/metadata/uid")}},
+             }],
+             "when": {"NotEmpty": "/endpoints"}},
+            {"case": 0},
+        ]),
+        "{t}"
+    );
+    assert_eq!(t["cases"][0]["Request"]["Path"], "/mine");
+    assert_eq!(t["unported_cases"], serde_json::json!([]));
+
+    let t = port_one(
+        "TeapotSlicesCounted",
+        "teapot-slices",
+        &go("TeapotSlicesCounted", "seen++"),
+    );
+    assert!(t.get("steps").is_none(), "{t}");
+    let unported = t["unported_cases"].as_array().unwrap();
+    assert_eq!(unported.len(), 1, "{t}");
+    let reason = unported[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("seen ++") && reason.contains("not read in a loop over run-time values"),
+        "{reason}"
+    );
+}

@@ -224,7 +224,7 @@ impl EchoServer {
         ip: std::net::IpAddr,
         identity: EchoIdentity,
     ) -> std::io::Result<EchoServer> {
-        Self::start_with(ip, identity, Extras::default()).await
+        Self::start_with((ip, 0).into(), identity, Extras::default()).await
     }
 
     /// Like [`EchoServer::start`], with echo-basic's hooks (module docs).
@@ -233,15 +233,29 @@ impl EchoServer {
             echo_basic: true,
             ..Extras::default()
         };
-        Self::start_with(std::net::Ipv4Addr::LOCALHOST.into(), identity, extras).await
+        Self::start_with((std::net::Ipv4Addr::LOCALHOST, 0).into(), identity, extras).await
+    }
+
+    /// Like [`EchoServer::start_echo_basic`] at `addr`: the Gateway API
+    /// conformance runner's pods each listen on an address of their own at
+    /// echo-basic's port, as an EndpointSlice a test writes names them.
+    pub async fn start_echo_basic_at(
+        addr: SocketAddr,
+        identity: EchoIdentity,
+    ) -> std::io::Result<EchoServer> {
+        let extras = Extras {
+            echo_basic: true,
+            ..Extras::default()
+        };
+        Self::start_with(addr, identity, extras).await
     }
 
     async fn start_with(
-        ip: std::net::IpAddr,
+        addr: SocketAddr,
         identity: EchoIdentity,
         extras: Extras,
     ) -> std::io::Result<EchoServer> {
-        let listener = TcpListener::bind((ip, 0)).await?;
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
         let extras = Arc::new(extras);

@@ -520,12 +520,18 @@ pub enum Change {
     /// `replace`, `remove`; `-` appends to a list). A value
     /// `{"FromObject": {Kind, Namespace, Name, Path}}` is that object's
     /// value at the JSON pointer `Path`, as the manifests directory held it
-    /// before the test's first step.
+    /// before the test's first step. An operation with `forEach` adds its
+    /// value once per combination of run-time elements (see
+    /// `runner::steps`); `when` (`{"NotEmpty": pointer}`) makes the patch
+    /// only when the patched object's list there is not empty, as a test
+    /// that skips its `Patch` for an empty list.
     Patch {
         #[serde(flatten)]
         object: ObjectKey,
         #[serde(rename = "jsonPatch")]
         json_patch: Vec<Value>,
+        #[serde(default)]
+        when: Option<Value>,
     },
     /// `client.Delete`: the object's file is removed.
     Delete {

@@ -222,8 +222,9 @@ impl Drop for DnsEcho {
 }
 
 impl DnsEcho {
-    pub async fn start() -> std::io::Result<DnsEcho> {
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    /// Answers on `ip` (the pod's address) at a port of the kernel's choice.
+    pub async fn start(ip: std::net::IpAddr) -> std::io::Result<DnsEcho> {
+        let socket = UdpSocket::bind((ip, 0)).await?;
         let addr = socket.local_addr()?;
         let task = tokio::spawn(async move {
             let mut buffer = vec![0u8; 4096];
@@ -324,7 +325,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_exchange_with_the_server_passes_and_silence_fails() {
-        let server = DnsEcho::start().await.unwrap();
+        let server = DnsEcho::start(std::net::Ipv4Addr::LOCALHOST.into())
+            .await
+            .unwrap();
         assert_eq!(exchange(server.addr, "foo.bar.com.", TYPE_A).await, Ok(()));
         let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let err = exchange(silent.local_addr().unwrap(), "foo.bar.com.", TYPE_A)

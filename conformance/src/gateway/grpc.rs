@@ -483,7 +483,7 @@ fn encode_echo_response(
     response
 }
 
-/// echo-basic in gRPC mode on `127.0.0.1:<random port>`, h2c: `Echo`
+/// echo-basic in gRPC mode on the pod's address at a random port, h2c: `Echo`
 /// and `EchoTwo` answer with the assertions, anything else is
 /// `Unimplemented`; with a TLS configuration (echo-basic's
 /// `TLS_SERVER_CERT`), the same over TLS on a second port. Dropping it
@@ -497,11 +497,12 @@ pub struct GrpcEchoServer {
 
 impl GrpcEchoServer {
     pub async fn start(
+        ip: std::net::IpAddr,
         identity: EchoIdentity,
         tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     ) -> std::io::Result<GrpcEchoServer> {
         let identity = std::sync::Arc::new(identity);
-        let (addr, plain) = serve(identity.clone(), None).await?;
+        let (addr, plain) = serve(ip, identity.clone(), None).await?;
         let mut server = GrpcEchoServer {
             addr,
             tls_addr: None,
@@ -509,7 +510,7 @@ impl GrpcEchoServer {
         };
         if let Some(config) = tls {
             let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            let (addr, task) = serve(identity, Some(acceptor)).await?;
+            let (addr, task) = serve(ip, identity, Some(acceptor)).await?;
             server.tls_addr = Some(addr);
             server.tasks.push(task);
         }
@@ -528,10 +529,11 @@ impl GrpcEchoServer {
 
 /// One listener answering gRPC over HTTP/2, in cleartext or over TLS.
 async fn serve(
+    ip: std::net::IpAddr,
     identity: std::sync::Arc<EchoIdentity>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+    let listener = TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
         // Dropped with the task: aborting the server closes every connection.
@@ -748,9 +750,13 @@ mod tests {
 
     #[tokio::test]
     async fn the_echo_answers_the_client() {
-        let server = GrpcEchoServer::start(EchoIdentity::new("ns", "", "svc", "pod-1"), None)
-            .await
-            .unwrap();
+        let server = GrpcEchoServer::start(
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            EchoIdentity::new("ns", "", "svc", "pod-1"),
+            None,
+        )
+        .await
+        .unwrap();
         let mut case = GrpcCase {
             method: "EchoTwo".into(),
             authority: "foo.example".into(),

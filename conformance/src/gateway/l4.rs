@@ -55,14 +55,16 @@ pub struct TcpEcho {
 }
 
 impl TcpEcho {
+    /// Listens on `ip` (the pod's address) at ports of the kernel's choice.
     pub async fn start(
+        ip: std::net::IpAddr,
         context: PodContext,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> std::io::Result<TcpEcho> {
-        let plain = TcpListener::bind("127.0.0.1:0").await?;
+        let plain = TcpListener::bind((ip, 0)).await?;
         let plain_addr = plain.local_addr()?;
         let tls_listener = match &tls {
-            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await?),
+            Some(_) => Some(TcpListener::bind((ip, 0)).await?),
             None => None,
         };
         let tls_addr = tls_listener
@@ -169,8 +171,8 @@ pub struct UdpEcho {
 }
 
 impl UdpEcho {
-    pub async fn start(context: PodContext) -> std::io::Result<UdpEcho> {
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    pub async fn start(ip: std::net::IpAddr, context: PodContext) -> std::io::Result<UdpEcho> {
+        let socket = UdpSocket::bind((ip, 0)).await?;
         let addr = socket.local_addr()?;
         let task = tokio::spawn(async move {
             let mut buffer = vec![0u8; 1024];
@@ -206,11 +208,13 @@ pub struct TlsFront {
 }
 
 impl TlsFront {
+    /// Listens at `addr` (the pod's address and echo-basic's TLS port).
     pub async fn start(
+        addr: SocketAddr,
         echo: teapot_testkit::echo::Intake,
         config: Arc<rustls::ServerConfig>,
     ) -> std::io::Result<TlsFront> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         // Go's `ListenAndServeTLS` offers both, so the echo reports the
         // protocol the client's ALPN settled on.
@@ -606,6 +610,8 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAny {
 mod tests {
     use super::*;
 
+    const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn context(pod: &str) -> PodContext {
         PodContext {
             namespace: "ns".into(),
@@ -618,7 +624,7 @@ mod tests {
     async fn tcp_echo_plain_and_tls() {
         let pem = teapot_testkit::certs::self_signed(&["abc.example.com"]);
         let config = server_config(&pem.cert_pem, &pem.key_pem).unwrap();
-        let echo = TcpEcho::start(context("svc-1-abc"), Some(config))
+        let echo = TcpEcho::start(LOCALHOST, context("svc-1-abc"), Some(config))
             .await
             .unwrap();
         let timeout = Duration::from_secs(5);
@@ -665,7 +671,9 @@ mod tests {
 
     #[tokio::test]
     async fn udp_echo_names_its_backend() {
-        let echo = UdpEcho::start(context("svc-1-abc")).await.unwrap();
+        let echo = UdpEcho::start(LOCALHOST, context("svc-1-abc"))
+            .await
+            .unwrap();
         let timeout = Duration::from_secs(5);
         udp_exchange(echo.addr, "svc", "ns", timeout).await.unwrap();
         udp_exchange(echo.addr, "", "", timeout).await.unwrap();
@@ -709,7 +717,9 @@ mod tests {
             Some(backend_ca.cert_pem()),
         )
         .unwrap();
-        let front = TlsFront::start(echo.intake(), config).await.unwrap();
+        let front = TlsFront::start((LOCALHOST, 0).into(), echo.intake(), config)
+            .await
+            .unwrap();
 
         let json = echo_over_tls(front.addr, Some((&client.cert_pem, &client.key_pem)))
             .await

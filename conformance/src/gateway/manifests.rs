@@ -229,6 +229,9 @@ pub struct Prepared {
     pub objects: Vec<Object>,
     /// Kinds not written, with how many of each.
     pub dropped: BTreeMap<String, usize>,
+    /// The objects not written (of those kinds), as the manifests hold
+    /// them: what a test may read from the cluster besides teapot's input.
+    pub unwritten: Vec<Object>,
     /// Services backed by a Deployment.
     pub backends: Vec<Backend>,
 }
@@ -340,6 +343,7 @@ pub fn prepare(files: &[&Path], addresses: &NetworkAddresses) -> Result<Prepared
             }
             if DROPPED_KINDS.contains(&object.kind.as_str()) {
                 *prepared.dropped.entry(object.kind.clone()).or_default() += 1;
+                prepared.unwritten.push(object);
                 continue;
             }
             prepared.objects.push(object);
@@ -539,13 +543,14 @@ pub fn gateway_class() -> Value {
     .unwrap_or(Value::Null)
 }
 
-/// The EndpointSlice of one echo process: every port of its Service, each
-/// at the echo's port `echo_port` gives for it (echo-basic answers
+/// The EndpointSlice of one echo process: its address `ip`, every port of
+/// its Service, each at the echo's port `echo_port` gives for it (echo-basic answers
 /// HTTP/1.1 and h2c on one socket, TLS on another), `appProtocol`
 /// repeated from the Service port.
 pub fn endpoint_slice(
     backend: &Backend,
     slice_name: &str,
+    ip: std::net::IpAddr,
     echo_port: impl Fn(&ServicePort) -> u16,
 ) -> Value {
     let mut ports = Vec::new();
@@ -563,8 +568,10 @@ pub fn endpoint_slice(
         ports.push(Value::Mapping(entry));
     }
     let mut value: Value = serde_yaml::from_str(&format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {slice_name}\n  namespace: {}\n  labels:\n    kubernetes.io/service-name: {}\naddressType: IPv4\nendpoints:\n- addresses: [\"127.0.0.1\"]\n  conditions:\n    ready: true\n",
-        backend.namespace, backend.service
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {slice_name}\n  namespace: {}\n  labels:\n    kubernetes.io/service-name: {}\naddressType: {}\nendpoints:\n- addresses: [\"{ip}\"]\n  conditions:\n    ready: true\n",
+        backend.namespace,
+        backend.service,
+        if ip.is_ipv4() { "IPv4" } else { "IPv6" }
     ))
     .unwrap_or(Value::Null);
     if let Value::Mapping(map) = &mut value {
@@ -724,13 +731,13 @@ spec:
             Some("kubernetes.io/h2c")
         );
 
-        let slice = endpoint_slice(backend, "backend-v1-0", |_| 4242);
+        let slice = endpoint_slice(backend, "backend-v1-0", [127, 128, 0, 7].into(), |_| 4242);
         assert_eq!(
             slice["metadata"]["labels"]["kubernetes.io/service-name"],
             "backend-v1"
         );
         assert_eq!(slice["metadata"]["namespace"], "infra");
-        assert_eq!(slice["endpoints"][0]["addresses"][0], "127.0.0.1");
+        assert_eq!(slice["endpoints"][0]["addresses"][0], "127.128.0.7");
         assert_eq!(slice["ports"][0]["name"], "first-port");
         assert_eq!(slice["ports"][0]["port"], 4242);
         assert!(slice["ports"][0].get("appProtocol").is_none());

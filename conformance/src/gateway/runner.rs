@@ -2,7 +2,7 @@
 //! judged as its upstream helper does.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -126,12 +126,62 @@ impl Pod {
         }
     }
 
+    /// The pod's address (every listener of it is there).
+    fn ip(&self) -> IpAddr {
+        match self {
+            Pod::Http(echo, _) => echo.addr().ip(),
+            Pod::Grpc(echo) => echo.addr().ip(),
+            Pod::Tcp(echo) => echo.plain.ip(),
+            Pod::Udp(echo) => echo.addr.ip(),
+            Pod::Dns(server) => server.addr.ip(),
+        }
+    }
+
     fn targets(&self) -> Vec<String> {
         match self {
             Pod::Http(echo, _) => echo.targets(),
             _ => Vec::new(),
         }
     }
+}
+
+/// echo-basic's port (its container's `containerPort`, the Services'
+/// `targetPort`), where the runner's HTTP echo pods listen on their own
+/// address, so an EndpointSlice a test writes with the pods' IPs reaches
+/// them as in a cluster.
+const ECHO_BASIC_PORT: u16 = 3000;
+
+/// Where the pods' addresses come from: loopback (Linux routes all of
+/// 127.0.0.0/8 to `lo`, nothing is configured), apart from the L4 pools
+/// the proxy is given (127.48.0.0/24 and its neighbours) and from
+/// 127.0.0.1. Each pod gets a random one, so runs at the same time do not
+/// meet (one that does is tried again).
+pub const POD_NETWORK: &str = "127.128.0.0/9";
+
+/// A random address of [`POD_NETWORK`], neither its first nor its last.
+fn pod_address() -> IpAddr {
+    let host: u32 = rand::random_range(1..(1 << 23) - 1);
+    IpAddr::V4(std::net::Ipv4Addr::from((127 << 24) | (1 << 23) | host))
+}
+
+/// The Pod object of a runner pod, as a cluster would list it: its name,
+/// namespace and labels (the Deployment's pod template's), a UID, no node,
+/// and its address as `status.podIP(s)`.
+fn pod_object(workload: &manifests::Workload, name: &str, ip: IpAddr) -> Value {
+    let uid: u128 = rand::random();
+    let uid = format!("{uid:032x}");
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": workload.namespace,
+            "labels": workload.labels,
+            "uid": format!("{}-{}-{}-{}-{}", &uid[..8], &uid[8..12], &uid[12..16], &uid[16..20], &uid[20..]),
+        },
+        "spec": {"nodeName": ""},
+        "status": {"podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}]},
+    })
 }
 
 /// The running pieces of one test.
@@ -149,6 +199,11 @@ struct Fixture {
     secrets: BTreeMap<(String, String), (String, String)>,
     /// The objects written (Gateways' listeners, routes' hostnames).
     objects: Vec<Object>,
+    /// Objects a cluster holds that are not in the manifests directory
+    /// (teapot reads none of them): the workloads the manifests declare
+    /// (Deployments, ...) and the runner's pods, which a test reads
+    /// (`Client.Get`, `Client.List`) to write objects from them (steps).
+    cluster_only: Vec<Value>,
     /// `status.addresses` of the Gateways the cases address.
     addresses: BTreeMap<(String, String), Vec<String>>,
     /// When the manifests were written (seconds since the epoch): their
@@ -255,6 +310,11 @@ impl Fixture {
             backend_tls: None,
             secrets: BTreeMap::new(),
             objects: prepared.objects.clone(),
+            cluster_only: prepared
+                .unwritten
+                .iter()
+                .filter_map(|o| serde_json::to_value(&o.value).ok())
+                .collect(),
             addresses: BTreeMap::new(),
             created: steps::now_secs(),
         };
@@ -350,51 +410,14 @@ impl Fixture {
                         service: backend.service.clone(),
                         pod: format!("{}-{hash}-{}", workload.name, random_suffix(5)),
                     };
-                    let mode = |m: &str| workload.modes.iter().any(|n| n == m);
-                    let context = PodContext {
-                        namespace: identity.namespace.clone(),
-                        service: identity.service.clone(),
-                        pod: identity.pod.clone(),
-                    };
-                    let started = if mode("GRPC_ECHO_SERVER") {
-                        let tls = mode("TLS_SERVER_CERT")
-                            .then(|| self.backend_tls.clone())
-                            .flatten();
-                        GrpcEchoServer::start(identity, tls)
+                    let name = identity.pod.clone();
+                    let (pod, ip) =
+                        self.start_pod(workload, identity, writer)
                             .await
-                            .map(Pod::Grpc)
-                            .map_err(|e| e.to_string())
-                    } else if mode("TCP_ECHO_SERVER") {
-                        let tls = self.mounted_certificate(workload, writer)?;
-                        TcpEcho::start(context, tls)
-                            .await
-                            .map(Pod::Tcp)
-                            .map_err(|e| e.to_string())
-                    } else if mode(code::dns::COREDNS_MODE) {
-                        code::dns::DnsEcho::start()
-                            .await
-                            .map(Pod::Dns)
-                            .map_err(|e| e.to_string())
-                    } else if mode("UDP_ECHO_SERVER") {
-                        UdpEcho::start(context)
-                            .await
-                            .map(Pod::Udp)
-                            .map_err(|e| e.to_string())
-                    } else {
-                        match EchoServer::start_echo_basic(identity).await {
-                            Err(e) => Err(e.to_string()),
-                            Ok(echo) => match self.mounted_certificate(workload, writer)? {
-                                None => Ok(Pod::Http(echo, None)),
-                                Some(tls) => TlsFront::start(echo.intake(), tls)
-                                    .await
-                                    .map(|front| Pod::Http(echo, Some(front)))
-                                    .map_err(|e| e.to_string()),
-                            },
-                        }
-                    };
-                    let pod = started.map_err(|e| {
-                        format!("starting an echo for Deployment {}/{}: {e}", key.0, key.1)
-                    })?;
+                            .map_err(|e| {
+                                format!("starting an echo for Deployment {}/{}: {e}", key.0, key.1)
+                            })?;
+                    self.cluster_only.push(pod_object(workload, &name, ip));
                     self.pods.push(pod);
                     pods.push(self.pods.len() - 1);
                 }
@@ -404,14 +427,81 @@ impl Fixture {
             for (i, pod) in pods.iter().enumerate() {
                 let slice_name = format!("{}-{i}", backend.service);
                 let echo = &self.pods[*pod];
-                let slice =
-                    manifests::endpoint_slice(backend, &slice_name, |port| echo.port_for(port));
+                let slice = manifests::endpoint_slice(backend, &slice_name, echo.ip(), |port| {
+                    echo.port_for(port)
+                });
                 writer.write("EndpointSlice", &backend.namespace, &slice_name, &slice)?;
             }
             self.services
                 .insert((backend.namespace.clone(), backend.service.clone()), pods);
         }
         Ok(())
+    }
+
+    /// One pod of `workload` on an address of its own in [`POD_NETWORK`]
+    /// (an address another run of the runner holds is tried again with
+    /// another): echo-basic's HTTP echo at its port 3000 (and its TLS port
+    /// 8443), the others at ports of the kernel's choice.
+    async fn start_pod(
+        &self,
+        workload: &manifests::Workload,
+        identity: EchoIdentity,
+        writer: &Writer,
+    ) -> Result<(Pod, IpAddr), String> {
+        let mode = |m: &str| workload.modes.iter().any(|n| n == m);
+        let context = PodContext {
+            namespace: identity.namespace.clone(),
+            service: identity.service.clone(),
+            pod: identity.pod.clone(),
+        };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let ip = pod_address();
+            let started = if mode("GRPC_ECHO_SERVER") {
+                let tls = mode("TLS_SERVER_CERT")
+                    .then(|| self.backend_tls.clone())
+                    .flatten();
+                GrpcEchoServer::start(ip, identity.clone(), tls)
+                    .await
+                    .map(Pod::Grpc)
+            } else if mode("TCP_ECHO_SERVER") {
+                let tls = self.mounted_certificate(workload, writer)?;
+                TcpEcho::start(ip, context.clone(), tls).await.map(Pod::Tcp)
+            } else if mode(code::dns::COREDNS_MODE) {
+                code::dns::DnsEcho::start(ip).await.map(Pod::Dns)
+            } else if mode("UDP_ECHO_SERVER") {
+                UdpEcho::start(ip, context.clone()).await.map(Pod::Udp)
+            } else {
+                let tls = self.mounted_certificate(workload, writer)?;
+                match EchoServer::start_echo_basic_at(
+                    (ip, ECHO_BASIC_PORT).into(),
+                    identity.clone(),
+                )
+                .await
+                {
+                    Err(e) => Err(e),
+                    Ok(echo) => match tls {
+                        None => Ok(Pod::Http(echo, None)),
+                        Some(tls) => {
+                            let addr = (ip, manifests::ECHO_TLS_PORT as u16).into();
+                            match TlsFront::start(addr, echo.intake(), tls).await {
+                                Ok(front) => Ok(Pod::Http(echo, Some(front))),
+                                Err(e) => {
+                                    echo.stop().await;
+                                    Err(e)
+                                }
+                            }
+                        }
+                    },
+                }
+            };
+            match started {
+                Ok(pod) => return Ok((pod, ip)),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 8 => continue,
+                Err(e) => return Err(format!("on {ip}: {e}")),
+            }
+        }
     }
 
     /// The certificate a `TLS_SERVER_CERT` pod serves: the Secret it mounts,

@@ -98,6 +98,7 @@ pub(super) async fn run(
 
     let mut state = Directory {
         dir: fixture.dir.path().to_path_buf(),
+        cluster: fixture.cluster_only.clone(),
         before: None,
         generations: generations(&fixture.objects),
         written: 0,
@@ -165,6 +166,9 @@ pub(super) async fn run(
 /// The manifests directory as the steps change it.
 struct Directory {
     dir: PathBuf,
+    /// Objects of the cluster the directory does not hold (workloads, the
+    /// runner's pods), which a test reads too.
+    cluster: Vec<Value>,
     /// Every object as the directory held it before the first change
     /// (`FromObject` values), read then.
     before: Option<BTreeMap<(String, String, String), Value>>,
@@ -186,19 +190,24 @@ impl Directory {
     ) -> Result<(), String> {
         if self.before.is_none() {
             let objects = read_objects(&self.dir)?;
-            self.before = Some(
-                objects
-                    .into_iter()
-                    .map(|(key, (_, value))| (key, value))
-                    .collect(),
-            );
+            let mut before: BTreeMap<Key, Value> = objects
+                .into_iter()
+                .map(|(key, (_, value))| (key, value))
+                .collect();
+            for value in &self.cluster {
+                before.insert(object_key(value), value.clone());
+            }
+            self.before = Some(before);
         }
         let proxy = fixture
             .proxy
             .as_ref()
             .ok_or_else(|| "no proxy".to_string())?;
         let generation = snapshot_generation(proxy).await?;
-        self.write(&config.upstream, change)?;
+        if !self.write(&config.upstream, change)? {
+            // The test made no change: nothing to wait for.
+            return Ok(());
+        }
         let deadline = Instant::now() + RELOAD_TIMEOUT;
         loop {
             if snapshot_generation(proxy).await? > generation {
@@ -213,15 +222,27 @@ impl Directory {
         }
     }
 
-    fn write(&mut self, upstream: &Path, change: &Change) -> Result<(), String> {
+    /// Writes one change; false when a patch's `when` does not hold (the
+    /// test skips it).
+    fn write(&mut self, upstream: &Path, change: &Change) -> Result<bool, String> {
         let addresses = &self.addresses;
         match change {
-            Change::Patch { object, json_patch } => {
+            Change::Patch {
+                object,
+                json_patch,
+                when,
+            } => {
                 let (path, mut value) = self.find(object)?;
                 let before = value.clone();
                 for op in json_patch {
-                    let op = self.resolve(op)?;
-                    apply_operation(&mut value, &op)?;
+                    for op in self.operations(op)? {
+                        apply_operation(&mut value, &op)?;
+                    }
+                }
+                if let Some(when) = when
+                    && !holds(when, &value)?
+                {
+                    return Ok(false);
                 }
                 // The API server bumps the generation when the spec
                 // changes; the proxy reports it as observedGeneration.
@@ -229,12 +250,14 @@ impl Directory {
                     let generation = bump_generation(&mut value);
                     self.generations.insert(key_of(object), generation);
                 }
-                write_atomically(&path, &value)
+                write_atomically(&path, &value).map(|()| true)
             }
             Change::Delete { object } => {
                 let (path, _) = self.find(object)?;
                 self.generations.remove(&key_of(object));
-                std::fs::remove_file(&path).map_err(|e| format!("removing {}: {e}", path.display()))
+                std::fs::remove_file(&path)
+                    .map(|()| true)
+                    .map_err(|e| format!("removing {}: {e}", path.display()))
             }
             Change::Apply {
                 object_value: Some(value),
@@ -244,7 +267,7 @@ impl Directory {
                 let yaml: serde_yaml::Value = serde_json::from_value(value)
                     .map_err(|e| format!("the object is not YAML: {e}"))?;
                 let object = manifests::substitute(yaml, addresses)?;
-                self.put(object)
+                self.put(object).map(|()| true)
             }
             Change::Apply {
                 manifest: Some(manifest),
@@ -261,7 +284,7 @@ impl Directory {
                 for object in prepared.objects {
                     self.put(object)?;
                 }
-                Ok(())
+                Ok(true)
             }
             Change::Apply { .. } => Err("an apply names neither an object nor a manifest".into()),
         }
@@ -318,48 +341,209 @@ impl Directory {
 
     /// A value with its `{"FromObject": ...}` parts read.
     fn resolve(&self, value: &Value) -> Result<Value, String> {
-        match value {
-            Value::Object(map) if map.len() == 1 && map.contains_key("FromObject") => {
-                let from = &map["FromObject"];
-                let text = |k: &str| {
-                    from.get(k)
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
+        self.eval(value, &BTreeMap::new())
+    }
+
+    /// The operations one operation of the data stands for: itself with
+    /// its values read, or, with `forEach` (`[{"Each": var, "In": list}]`,
+    /// each list read with the elements bound before it), one `add` of its
+    /// value for every combination of elements that passes each of its
+    /// `where` predicates, in list order (as the test's nested loops
+    /// append).
+    fn operations(&self, op: &Value) -> Result<Vec<Value>, String> {
+        let Some(for_each) = op.get("forEach") else {
+            return Ok(vec![self.resolve(op)?]);
+        };
+        let Value::Array(for_each) = for_each else {
+            return Err(format!("forEach is not a list: {for_each}"));
+        };
+        let mut combinations: Vec<Bindings> = vec![BTreeMap::new()];
+        for each in for_each {
+            let var = each
+                .get("Each")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("a forEach entry without Each: {each}"))?;
+            let source = each
+                .get("In")
+                .ok_or_else(|| format!("a forEach entry without In: {each}"))?;
+            let mut next = Vec::new();
+            for bound in &combinations {
+                let Value::Array(items) = self.eval(source, bound)? else {
+                    return Err(format!("forEach {var}: {source} is not a list"));
                 };
-                let key = (text("Kind"), text("Namespace"), text("Name"));
-                let object = self
-                    .before
-                    .as_ref()
-                    .and_then(|b| b.get(&key))
-                    .ok_or_else(|| {
-                        format!(
-                            "FromObject: {} {}/{} is not in the manifests",
-                            key.0, key.1, key.2
-                        )
-                    })?;
-                object.pointer(&text("Path")).cloned().ok_or_else(|| {
-                    format!(
-                        "FromObject: {} {}/{} has no {}",
-                        key.0,
-                        key.1,
-                        key.2,
-                        text("Path")
-                    )
-                })
+                for item in items {
+                    let mut bound = bound.clone();
+                    bound.insert(var.to_string(), item);
+                    next.push(bound);
+                }
             }
+            combinations = next;
+        }
+        let kind = op.get("op").cloned().unwrap_or(Value::Null);
+        let path = op.get("path").cloned().unwrap_or(Value::Null);
+        let template = op
+            .get("value")
+            .ok_or_else(|| format!("forEach {path} without a value"))?;
+        let mut out = Vec::new();
+        for bound in &combinations {
+            let mut passes = true;
+            for predicate in op
+                .get("where")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if !self.predicate(predicate, bound)? {
+                    passes = false;
+                    break;
+                }
+            }
+            if passes {
+                let value = self.eval(template, bound)?;
+                out.push(serde_json::json!({"op": kind, "path": path, "value": value}));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A `where` predicate: `{"Func": name, "Args": [...]}` of the
+    /// functions below, or `{"Not": predicate}`.
+    fn predicate(&self, predicate: &Value, bound: &Bindings) -> Result<bool, String> {
+        if let Some(inner) = predicate.get("Not") {
+            return Ok(!self.predicate(inner, bound)?);
+        }
+        let func = predicate
+            .get("Func")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("a predicate without Func: {predicate}"))?;
+        let args = match predicate.get("Args") {
+            Some(Value::Array(args)) => args
+                .iter()
+                .map(|a| self.eval(a, bound))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => Vec::new(),
+        };
+        let address = || -> Result<std::net::IpAddr, String> {
+            match args.as_slice() {
+                [Value::String(text)] => text
+                    .parse()
+                    .map_err(|_| format!("{func}: {text:?} is not an IP address")),
+                _ => Err(format!("{func} takes one address, given {args:?}")),
+            }
+        };
+        match func {
+            // Go's netip: an IPv4-mapped IPv6 address is IPv6.
+            "netip.Addr.Is4" => Ok(address()?.is_ipv4()),
+            "netip.Addr.Is6" => Ok(address()?.is_ipv6()),
+            other => Err(format!("the predicate {other} is not known to this runner")),
+        }
+    }
+
+    /// A value of the data with its run-time parts read:
+    /// `{"FromObject": ...}`, `{"Each": var, "Path": pointer}` (a field of
+    /// an element a `forEach` bound) and `{"List": {Kind, Namespace,
+    /// Selector}}` (the objects of the cluster of that kind and namespace
+    /// whose labels the LabelSelector matches, by name, as the API server
+    /// lists them).
+    fn eval(&self, value: &Value, bound: &Bindings) -> Result<Value, String> {
+        if let Value::Object(map) = value {
+            if map.len() == 2
+                && let (Some(Value::String(var)), Some(Value::String(path))) =
+                    (map.get("Each"), map.get("Path"))
+            {
+                let element = bound
+                    .get(var)
+                    .ok_or_else(|| format!("{var} is bound by no forEach"))?;
+                return element
+                    .pointer(path)
+                    .cloned()
+                    .ok_or_else(|| format!("{var} has no {path}: {element}"));
+            }
+            if map.len() == 1
+                && let Some(list) = map.get("List")
+            {
+                return self.list(list, bound);
+            }
+            if map.len() == 1 && map.contains_key("FromObject") {
+                return self.read_from_object(&map["FromObject"]);
+            }
+        }
+        match value {
             Value::Object(map) => map
                 .iter()
-                .map(|(k, v)| Ok((k.clone(), self.resolve(v)?)))
+                .map(|(k, v)| Ok((k.clone(), self.eval(v, bound)?)))
                 .collect::<Result<serde_json::Map<_, _>, String>>()
                 .map(Value::Object),
             Value::Array(items) => items
                 .iter()
-                .map(|v| self.resolve(v))
+                .map(|v| self.eval(v, bound))
                 .collect::<Result<Vec<_>, _>>()
                 .map(Value::Array),
             other => Ok(other.clone()),
         }
+    }
+
+    /// `{"List": {Kind, Namespace, Selector}}`: see [`Directory::eval`].
+    fn list(&self, list: &Value, bound: &Bindings) -> Result<Value, String> {
+        let text = |k: &str| {
+            list.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (kind, namespace) = (text("Kind"), text("Namespace"));
+        let selector = match list.get("Selector") {
+            Some(s) => self.eval(s, bound)?,
+            None => Value::Null,
+        };
+        let mut objects: BTreeMap<Key, Value> = read_objects(&self.dir)?
+            .into_iter()
+            .map(|(key, (_, value))| (key, value))
+            .collect();
+        for value in &self.cluster {
+            objects.insert(object_key(value), value.clone());
+        }
+        let mut found = Vec::new();
+        for ((k, ns, _), value) in objects {
+            if k == kind
+                && (namespace.is_empty() || ns == namespace)
+                && selects(&selector, value.pointer("/metadata/labels"))?
+            {
+                found.push(value);
+            }
+        }
+        Ok(Value::Array(found))
+    }
+
+    /// `{"FromObject": {Kind, Namespace, Name, Path}}`: the object's value
+    /// at `Path` as the cluster held it before the first change.
+    fn read_from_object(&self, from: &Value) -> Result<Value, String> {
+        let text = |k: &str| {
+            from.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let key = (text("Kind"), text("Namespace"), text("Name"));
+        let object = self
+            .before
+            .as_ref()
+            .and_then(|b| b.get(&key))
+            .ok_or_else(|| {
+                format!(
+                    "FromObject: {} {}/{} is not in the manifests",
+                    key.0, key.1, key.2
+                )
+            })?;
+        object.pointer(&text("Path")).cloned().ok_or_else(|| {
+            format!(
+                "FromObject: {} {}/{} has no {}",
+                key.0,
+                key.1,
+                key.2,
+                text("Path")
+            )
+        })
     }
 }
 
@@ -383,6 +567,83 @@ pub(super) fn created_at(value: &serde_yaml::Value, secs: u64) -> serde_yaml::Va
         }
     }
     value
+}
+
+/// The elements a `forEach` has bound, by name.
+type Bindings = BTreeMap<String, Value>;
+
+/// An object's key from its own kind and metadata.
+fn object_key(value: &Value) -> Key {
+    let text = |p: &str| {
+        value
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    (
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    )
+}
+
+/// Whether a LabelSelector (`matchLabels`, `matchExpressions` with `In`,
+/// `NotIn`, `Exists`, `DoesNotExist`) selects an object with `labels`; an
+/// empty or absent selector selects every object, as
+/// `metav1.LabelSelectorAsSelector` makes it.
+fn selects(selector: &Value, labels: Option<&Value>) -> Result<bool, String> {
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    if let Some(Value::Object(want)) = selector.get("matchLabels") {
+        for (k, v) in want {
+            if label(k) != v.as_str() {
+                return Ok(false);
+            }
+        }
+    }
+    for expression in selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> = expression
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let has = label(key);
+        let ok = match expression.get("operator").and_then(Value::as_str) {
+            Some("In") => has.is_some_and(|v| values.contains(&v)),
+            Some("NotIn") => !has.is_some_and(|v| values.contains(&v)),
+            Some("Exists") => has.is_some(),
+            Some("DoesNotExist") => has.is_none(),
+            other => return Err(format!("a label selector operator {other:?}")),
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A patch's `when`: `{"NotEmpty": pointer}`, the patched object's list
+/// (or map, or text) there is not empty; absent is empty, as Go's `len` of
+/// a nil slice.
+fn holds(when: &Value, value: &Value) -> Result<bool, String> {
+    match when.get("NotEmpty").and_then(Value::as_str) {
+        Some(path) => Ok(match value.pointer(path) {
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(Value::Object(map)) => !map.is_empty(),
+            Some(Value::String(text)) => !text.is_empty(),
+            Some(Value::Null) | None => false,
+            Some(_) => true,
+        }),
+        None => Err(format!("a condition this runner does not know: {when}")),
+    }
 }
 
 fn key_of(key: &ObjectKey) -> (String, String, String) {
@@ -691,6 +952,7 @@ mod tests {
         .unwrap();
         let mut directory = Directory {
             dir: dir.path().to_path_buf(),
+            cluster: Vec::new(),
             before: None,
             generations: Generations::new(),
             written: 0,
@@ -718,6 +980,7 @@ mod tests {
                     json_patch: vec![
                         json!({"op": "add", "path": "/spec/hostnames/-", "value": "b"}),
                     ],
+                    when: None,
                 },
             )
             .unwrap();
@@ -757,6 +1020,7 @@ mod tests {
                 &Change::Patch {
                     object: copy.clone(),
                     json_patch: vec![json!({"op": "add", "path": "/data/ca.crt", "value": ""})],
+                    when: None,
                 },
             )
             .unwrap();
@@ -784,5 +1048,142 @@ mod tests {
             .collect();
         assert_eq!(files.len(), 2, "{files:?}");
         assert!(files.iter().all(|f| !f.starts_with('.')), "{files:?}");
+    }
+
+    /// HTTPRouteServiceTypes' EndpointSlices: the pods a Deployment's
+    /// selector lists (from the cluster's objects, which the directory does
+    /// not hold), each IPv4 address an endpoint, in list order; the IPv6
+    /// slice gets none, so its patch is not made (`when`), and the file
+    /// stays as it was.
+    #[test]
+    fn a_for_each_patch_adds_one_value_per_listed_element() {
+        let dir = tempfile::tempdir().unwrap();
+        let slice = |name: &str| {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: ns}}\nports: [{{port: 3000}}]\n"
+            )
+        };
+        std::fs::write(dir.path().join("001-s4.yaml"), slice("s4")).unwrap();
+        std::fs::write(dir.path().join("002-s6.yaml"), slice("s6")).unwrap();
+        let pod = |name: &str, app: &str, ips: &[&str]| {
+            json!({"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": {"app": app}},
+                   "status": {"podIPs": ips.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>()}})
+        };
+        let mut directory = Directory {
+            dir: dir.path().to_path_buf(),
+            cluster: vec![
+                json!({"kind": "Deployment", "metadata": {"name": "web", "namespace": "ns"},
+                       "spec": {"selector": {"matchLabels": {"app": "web"}}}}),
+                pod("web-b", "web", &["127.128.0.2", "fd00::2"]),
+                pod("web-a", "web", &["127.128.0.1"]),
+                pod("other", "other", &["127.128.0.3"]),
+            ],
+            before: None,
+            generations: Generations::new(),
+            written: 0,
+            created: now_secs(),
+            addresses: manifests::NetworkAddresses::default(),
+        };
+        let mut before: BTreeMap<Key, Value> = BTreeMap::new();
+        for value in &directory.cluster {
+            before.insert(object_key(value), value.clone());
+        }
+        directory.before = Some(before);
+        let fill = |name: &str, family: &str| {
+            let each = |var: &str, path: &str| json!({"Each": var, "Path": path});
+            Change::Patch {
+                object: ObjectKey {
+                    kind: "EndpointSlice".into(),
+                    namespace: "ns".into(),
+                    name: name.into(),
+                },
+                json_patch: vec![
+                    json!({"op": "add", "path": "/endpoints", "value": []}),
+                    json!({"op": "add", "path": "/endpoints/-",
+                        "forEach": [
+                            {"Each": "pod", "In": {"List": {"Kind": "Pod", "Namespace": "ns", "Selector":
+                                {"FromObject": {"Kind": "Deployment", "Namespace": "ns", "Name": "web", "Path": "/spec/selector"}}}}},
+                            {"Each": "ip", "In": each("pod", "/status/podIPs")},
+                        ],
+                        "where": [{"Func": family, "Args": [each("ip", "/ip")]}],
+                        "value": {"addresses": [each("ip", "/ip")], "targetRef": {"name": each("pod", "/metadata/name")}}}),
+                ],
+                when: Some(json!({"NotEmpty": "/endpoints"})),
+            }
+        };
+        let config = Path::new("/nonexistent");
+        assert!(
+            directory
+                .write(config, &fill("s4", "netip.Addr.Is4"))
+                .unwrap()
+        );
+        let (_, s4) = directory
+            .find(&ObjectKey {
+                kind: "EndpointSlice".into(),
+                namespace: "ns".into(),
+                name: "s4".into(),
+            })
+            .unwrap();
+        assert_eq!(
+            s4["endpoints"],
+            json!([
+                {"addresses": ["127.128.0.1"], "targetRef": {"name": "web-a"}},
+                {"addresses": ["127.128.0.2"], "targetRef": {"name": "web-b"}},
+            ])
+        );
+        let six = std::fs::read_to_string(dir.path().join("002-s6.yaml")).unwrap();
+        // One IPv6 address: made.
+        assert!(
+            directory
+                .write(config, &fill("s6", "netip.Addr.Is6"))
+                .unwrap()
+        );
+        std::fs::write(dir.path().join("002-s6.yaml"), &six).unwrap();
+        directory
+            .cluster
+            .retain(|o| o["metadata"]["name"] != "web-b");
+        // None: not made, the file as it was.
+        assert!(
+            !directory
+                .write(config, &fill("s6", "netip.Addr.Is6"))
+                .unwrap()
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("002-s6.yaml")).unwrap(),
+            six
+        );
+        // A predicate the runner does not know fails the change, named.
+        let error = directory
+            .write(config, &fill("s4", "netip.Addr.IsLoopback"))
+            .unwrap_err();
+        assert!(error.contains("netip.Addr.IsLoopback"), "{error}");
+    }
+
+    #[test]
+    fn label_selectors_match_as_kubernetes_does() {
+        let labels = json!({"app": "web", "tier": "front"});
+        let yes = |s: Value| selects(&s, Some(&labels)).unwrap();
+        assert!(yes(json!({})));
+        assert!(yes(json!({"matchLabels": {"app": "web"}})));
+        assert!(!yes(json!({"matchLabels": {"app": "web", "tier": "back"}})));
+        assert!(yes(
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "x"]}]})
+        ));
+        assert!(!yes(
+            json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]})
+        ));
+        assert!(yes(
+            json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})
+        ));
+        assert!(!yes(
+            json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})
+        ));
+        assert!(
+            selects(
+                &json!({"matchExpressions": [{"key": "app", "operator": "Gt"}]}),
+                Some(&labels)
+            )
+            .is_err()
+        );
     }
 }
