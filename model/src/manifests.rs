@@ -340,8 +340,26 @@ fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loade
         loaded.problems.push(duplicate(origin, &key));
         return;
     }
-    match validate::parse_object(kind, value, &key.namespace) {
-        Ok(object) => loaded.store.insert(key, object, origin.clone()),
+    match validate::parse_document(kind, value, &key.namespace) {
+        Ok(validate::Parsed::Object(object)) => loaded.store.insert(key, object, origin.clone()),
+        Ok(validate::Parsed::Refused { object, error }) => {
+            // The store's rule: a bad version of an object served before
+            // keeps the last good one (its routes keep every restriction
+            // they had). A new one stands refused.
+            let kept = previous.serves(&key) && loaded.store.retain_from(previous, &key);
+            let mut message = error.message;
+            if !kept {
+                loaded.store.insert(key.clone(), object, origin.clone());
+                message.push_str(REFUSED_STANDS);
+            }
+            loaded.problems.push(problem(
+                origin,
+                Some(key.to_string()),
+                error.field,
+                message,
+                kept,
+            ));
+        }
         Err(e) => {
             let kept = loaded.store.retain_from(previous, &key);
             loaded.problems.push(problem(
@@ -354,6 +372,9 @@ fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loade
         }
     }
 }
+
+/// Said of a refusal that stands in the store ([`validate::Parsed::Refused`]).
+pub const REFUSED_STANDS: &str = "; the policy stands refused: its routes answer 503";
 
 fn retain_hidden(previous: &Store, origin: &Origin, store: &mut Store) -> bool {
     let keys = previous.keys_from(origin);
@@ -553,6 +574,133 @@ mod tests {
                 .file
                 .ends_with("0.yaml")
         );
+    }
+
+    fn policy(name: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {{name: {name}, namespace: ops, annotations: {{a: b}}}}\nspec:\n{spec}"
+        )
+    }
+
+    const TARGET: &str =
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]\n";
+
+    /// Fail closed: a new RouteTrafficPolicy whose spec is refused (a value
+    /// out of bounds, a value of the wrong type) stands in the store as
+    /// refused, with its targets and why, naming the field; one whose
+    /// targets cannot be read is refused as before.
+    #[test]
+    fn a_new_refused_policy_stands_refused_on_its_targets() {
+        let id = crate::store::NsName::new("ops", "p");
+        let bounds = policy(
+            "p",
+            &format!(
+                "{TARGET}  clientAddresses: {{allow: [10.0.0.0/8]}}\n  rateLimit: {{requestsPerSecond: 200000}}\n"
+            ),
+        );
+        let l = load(&bounds, &Store::default());
+        assert_eq!(l.problems.len(), 1, "{:?}", l.problems);
+        let p = &l.problems[0];
+        assert_eq!(p.object.as_deref(), Some("RouteTrafficPolicy ops/p"));
+        assert_eq!(p.field.as_deref(), Some("spec.rateLimit.requestsPerSecond"));
+        assert!(p.message.ends_with(REFUSED_STANDS), "{}", p.message);
+        assert!(!p.kept_previous);
+        let stored = &l.store.route_traffic_policies[&id].object;
+        assert_eq!(stored.spec.target_refs.len(), 1);
+        assert_eq!(stored.spec.target_refs[0].name, "r");
+        // Nothing of the refused spec is kept, nor its annotations.
+        assert_eq!(stored.spec.client_addresses, None);
+        assert_eq!(stored.metadata.annotations, None);
+        let why = &l.store.refused_route_traffic_policies[&id];
+        assert!(
+            why.starts_with("spec.rateLimit.requestsPerSecond: "),
+            "{why}"
+        );
+        let key = ObjectKey {
+            kind: Kind::RouteTrafficPolicy,
+            namespace: "ops".into(),
+            name: "p".into(),
+        };
+        assert!(l.store.contains(&key) && !l.store.serves(&key));
+
+        // A value of the wrong type: the typed read fails, the targets read.
+        let typed = policy("p", &format!("{TARGET}  inFlightPerClient: many\n"));
+        let l = load(&typed, &Store::default());
+        let why = &l.store.refused_route_traffic_policies[&id];
+        assert!(why.starts_with("spec.inFlightPerClient: "), "{why}");
+
+        // No target: nothing to attach the refusal to.
+        for spec in [
+            "  targetRefs: []\n  inFlightPerClient: 0\n".to_string(),
+            "  targetRefs: [{kind: HTTPRoute}]\n  inFlightPerClient: 1\n".into(),
+            "  inFlightPerClient: many\n".into(),
+        ] {
+            let l = load(&policy("p", &spec), &Store::default());
+            assert!(l.store.route_traffic_policies.is_empty(), "{spec}");
+            assert!(l.store.refused_route_traffic_policies.is_empty());
+            let p = &l.problems[0];
+            assert!(!p.message.ends_with(REFUSED_STANDS), "{}", p.message);
+            assert!(
+                p.field
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with("spec.targetRefs"))
+                    || p.message.contains("attached to no route"),
+                "{p}"
+            );
+        }
+    }
+
+    /// A refused update of a policy served before keeps the last good
+    /// version (the store's rule for every kind: its routes lose no
+    /// restriction), reported; a refused version is replaced by the next
+    /// good one, and a refused one is retained refused.
+    #[test]
+    fn a_refused_update_keeps_the_last_good_policy() {
+        let id = crate::store::NsName::new("ops", "p");
+        let good = policy("p", &format!("{TARGET}  inFlightPerClient: 5\n"));
+        let bad = policy("p", &format!("{TARGET}  inFlightPerClient: 0\n"));
+        let first = load(&good, &Store::default());
+        assert!(first.problems.is_empty(), "{:?}", first.problems);
+        let second = load(&bad, &first.store);
+        assert_eq!(second.problems.len(), 1);
+        assert!(second.problems[0].kept_previous);
+        assert!(!second.problems[0].message.ends_with(REFUSED_STANDS));
+        assert!(second.store.refused_route_traffic_policies.is_empty());
+        assert!(Arc::ptr_eq(
+            &first.store.route_traffic_policies[&id].object,
+            &second.store.route_traffic_policies[&id].object
+        ));
+
+        let refused = load(&bad, &Store::default());
+        // A syntax error later keeps what the file had: refused still.
+        let hidden = load("apiVersion: v1\nkind: [Service\n", &refused.store);
+        assert!(
+            hidden
+                .store
+                .refused_route_traffic_policies
+                .contains_key(&id)
+        );
+        // Refused again: the new refusal replaces the old one.
+        let again = load(&bad, &refused.store);
+        assert!(!again.problems[0].kept_previous);
+        assert!(again.store.refused_route_traffic_policies.contains_key(&id));
+        let fixed = load(&good, &again.store);
+        assert!(fixed.problems.is_empty());
+        assert!(fixed.store.refused_route_traffic_policies.is_empty());
+        assert_eq!(
+            fixed.store.route_traffic_policies[&id]
+                .object
+                .spec
+                .in_flight_per_client,
+            Some(5)
+        );
+        let mut store = again.store.clone();
+        store.remove(&ObjectKey {
+            kind: Kind::RouteTrafficPolicy,
+            namespace: "ops".into(),
+            name: "p".into(),
+        });
+        assert!(store.refused_route_traffic_policies.is_empty());
     }
 
     #[test]

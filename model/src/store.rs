@@ -283,6 +283,13 @@ pub struct Store {
     /// BackendTLSPolicies; every other key is dropped when read).
     pub config_maps: ObjectMap<ConfigMap>,
     pub route_traffic_policies: BTreeMap<NsName, Stored<RouteTrafficPolicy>>,
+    /// Why each RouteTrafficPolicy that stands refused was refused when
+    /// read (`field: why`); the stored policy keeps its metadata and
+    /// `targetRefs` alone. Fail closed: an operator's policy the reader
+    /// refuses still reaches its routes, which answer 503, rather than
+    /// leave them without what it would restrict
+    /// ([`crate::validate::Parsed::Refused`]).
+    pub refused_route_traffic_policies: BTreeMap<NsName, Arc<str>>,
     /// Namespaces by name, for their labels.
     pub namespaces: BTreeMap<String, Stored<Namespace>>,
 }
@@ -310,6 +317,10 @@ pub enum Object {
     BackendTlsPolicy(Box<BackendTlsPolicy>),
     ConfigMap(ConfigMap),
     RouteTrafficPolicy(Box<RouteTrafficPolicy>),
+    /// A RouteTrafficPolicy whose spec was refused, standing in its place
+    /// ([`Store::refused_route_traffic_policies`]): why (`field: why`),
+    /// and the policy with its metadata and `targetRefs` alone.
+    RefusedRouteTrafficPolicy(Box<RouteTrafficPolicy>, Arc<str>),
     Namespace(Namespace),
 }
 
@@ -431,6 +442,11 @@ impl Store {
                 self.config_maps.insert(ns, stored(o, origin));
             }
             Object::RouteTrafficPolicy(o) => {
+                self.refused_route_traffic_policies.remove(&ns);
+                self.route_traffic_policies.insert(ns, stored(*o, origin));
+            }
+            Object::RefusedRouteTrafficPolicy(o, why) => {
+                self.refused_route_traffic_policies.insert(ns.clone(), why);
                 self.route_traffic_policies.insert(ns, stored(*o, origin));
             }
             Object::Namespace(o) => {
@@ -463,7 +479,10 @@ impl Store {
             Kind::UdpRoute => drop(self.udp_routes.remove(&ns)),
             Kind::BackendTlsPolicy => drop(self.backend_tls_policies.remove(&ns)),
             Kind::ConfigMap => drop(self.config_maps.remove(&ns)),
-            Kind::RouteTrafficPolicy => drop(self.route_traffic_policies.remove(&ns)),
+            Kind::RouteTrafficPolicy => {
+                self.route_traffic_policies.remove(&ns);
+                self.refused_route_traffic_policies.remove(&ns);
+            }
             Kind::Namespace => drop(self.namespaces.remove(&key.name)),
         }
     }
@@ -497,13 +516,35 @@ impl Store {
                 &ns,
             ),
             Kind::ConfigMap => copy(&from.config_maps, &mut self.config_maps, &ns),
-            Kind::RouteTrafficPolicy => copy(
-                &from.route_traffic_policies,
-                &mut self.route_traffic_policies,
-                &ns,
-            ),
+            Kind::RouteTrafficPolicy => {
+                let copied = copy(
+                    &from.route_traffic_policies,
+                    &mut self.route_traffic_policies,
+                    &ns,
+                );
+                // A refused version is retained refused.
+                match from.refused_route_traffic_policies.get(&ns) {
+                    Some(why) if copied => {
+                        self.refused_route_traffic_policies
+                            .insert(ns.clone(), why.clone());
+                    }
+                    _ if copied => drop(self.refused_route_traffic_policies.remove(&ns)),
+                    _ => {}
+                }
+                copied
+            }
             Kind::Namespace => copy(&from.namespaces, &mut self.namespaces, &key.name),
         }
+    }
+
+    /// Whether the object with `key` is stored and served as written (not
+    /// a refusal standing in its place).
+    pub fn serves(&self, key: &ObjectKey) -> bool {
+        self.contains(key)
+            && !(key.kind == Kind::RouteTrafficPolicy
+                && self
+                    .refused_route_traffic_policies
+                    .contains_key(&NsName::new(key.namespace.clone(), key.name.clone())))
     }
 
     /// Calls `f` with the key and origin of every stored object.

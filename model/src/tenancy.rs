@@ -438,6 +438,13 @@ fn admit_pass(
         );
     }
     for (id, s) in &store.route_traffic_policies {
+        // A refusal standing in a policy's place (its metadata and
+        // targetRefs alone, crate::validate::Parsed::Refused) refuses its
+        // own namespace's routes; judged, it would be dropped for setting
+        // nothing and leave them without what the tenant asked for.
+        if store.refused_route_traffic_policies.contains_key(id) {
+            continue;
+        }
         judge(
             Kind::RouteTrafficPolicy,
             id,
@@ -767,6 +774,32 @@ mod tests {
             loaded.problems
         );
         assert_eq!(loaded.store.http_routes.len(), 1, "the operator's stays");
+    }
+
+    /// A tenant's RouteTrafficPolicy refused when read stands refused on
+    /// its own routes: the re-check does not drop it (which would leave
+    /// them without it).
+    #[test]
+    fn a_refused_tenant_policy_stays_refused() {
+        let text = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme}\n---\napiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {name: p, namespace: tenant-acme}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]\n  inFlightPerClient: 0\n";
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            text,
+            &Store::default(),
+            &mut loaded,
+        );
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+        let id = NsName::new("tenant-acme", "p");
+        assert!(loaded.store.route_traffic_policies.contains_key(&id));
+        assert!(
+            loaded
+                .store
+                .refused_route_traffic_policies
+                .contains_key(&id)
+        );
     }
 
     #[test]

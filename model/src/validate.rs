@@ -121,6 +121,99 @@ pub fn parse_object(
     })
 }
 
+/// A document as read: an object served as written, or a refused one
+/// that stands in the store in its place.
+#[derive(Debug)]
+pub enum Parsed {
+    Object(Object),
+    /// Refused, and kept so that what it would restrict is refused rather
+    /// than served without it: a RouteTrafficPolicy whose spec cannot be
+    /// served but whose `targetRefs` can be read, kept as
+    /// [`Object::RefusedRouteTrafficPolicy`] (its routes answer 503, its
+    /// status is `Invalid`). `error` names the field.
+    Refused {
+        object: Object,
+        error: FieldError,
+    },
+}
+
+/// [`parse_object`], with the refusals that stand in the store in the
+/// object's place ([`Parsed::Refused`]). A RouteTrafficPolicy whose
+/// `targetRefs` cannot be read is refused as [`parse_object`] refuses it:
+/// there is nothing to attach the refusal to.
+pub fn parse_document(
+    kind: Kind,
+    value: serde_json::Value,
+    namespace: &str,
+) -> Result<Parsed, FieldError> {
+    if kind != Kind::RouteTrafficPolicy {
+        return parse_object(kind, value, namespace).map(Parsed::Object);
+    }
+    // What a refusal keeps, taken before the value is consumed: small.
+    let head = (
+        value.get("metadata").cloned(),
+        value.pointer("/spec/targetRefs").cloned(),
+    );
+    match parse_object(kind, value, namespace) {
+        Ok(object) => Ok(Parsed::Object(object)),
+        Err(mut error) => match refused_route_traffic_policy(head) {
+            Some(policy) => {
+                let why = match &error.field {
+                    Some(field) => format!("{field}: {}", error.message),
+                    None => error.message.clone(),
+                };
+                Ok(Parsed::Refused {
+                    object: Object::RefusedRouteTrafficPolicy(Box::new(policy), why.into()),
+                    error,
+                })
+            }
+            None => {
+                if !error
+                    .field
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with("spec.targetRefs"))
+                {
+                    error.message.push_str(
+                        "; spec.targetRefs cannot be read either, so the policy is attached to no route",
+                    );
+                }
+                Err(error)
+            }
+        },
+    }
+}
+
+/// The policy a refused RouteTrafficPolicy stands as: its metadata (what
+/// attachment, age order and status read) and `targetRefs`, if those can
+/// be read and name a target.
+fn refused_route_traffic_policy(
+    (metadata, targets): (Option<serde_json::Value>, Option<serde_json::Value>),
+) -> Option<teapot_api::route_policy::RouteTrafficPolicy> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let meta: ObjectMeta = serde_json::from_value(metadata?).ok()?;
+    let target_refs: Vec<teapot_api::route_policy::RouteTrafficPolicyTargetRef> =
+        serde_json::from_value(targets?).ok()?;
+    if target_refs.is_empty() {
+        return None;
+    }
+    Some(teapot_api::route_policy::RouteTrafficPolicy {
+        metadata: ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            generation: meta.generation,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            ..ObjectMeta::default()
+        },
+        spec: teapot_api::route_policy::RouteTrafficPolicySpec {
+            target_refs,
+            ..Default::default()
+        },
+        status: None,
+    })
+}
+
 /// Validates a RouteTrafficPolicy: a target at least, and every value as
 /// the ingress-nginx annotation it stands for is read (one reader, errors
 /// named by the policy's own fields).

@@ -598,35 +598,46 @@ impl SourceState {
         let key = key_of(kind, &object);
         let origin = origin_of(resource, &key);
         let parsed = to_value(resource, &object)
-            .and_then(|value| validate::parse_object(kind, value, &key.namespace));
-        match parsed {
-            Ok(object) => {
+            .and_then(|value| validate::parse_document(kind, value, &key.namespace));
+        let e = match parsed {
+            Ok(validate::Parsed::Object(object)) => {
                 if self.problems.remove(&key).is_some() {
                     tracing::info!(object = %key, "object valid again");
                 }
-                self.store.insert(key.clone(), object, origin);
+                self.store.insert(key.clone(), object, origin.clone());
+                return key;
             }
-            Err(e) => {
-                let problem = Problem {
-                    file: origin.file,
-                    document: 0,
-                    object: Some(key.to_string()),
-                    field: e.field,
-                    message: e.message,
-                    kept_previous: self.store.contains(&key),
-                };
-                if self.problems.get(&key) != Some(&problem) {
-                    tracing::warn!(
-                        object = %key,
-                        field = problem.field.as_deref().unwrap_or(""),
-                        kept_previous = problem.kept_previous,
-                        "skipped object from the API: {}",
-                        problem.message
-                    );
+            // As the manifests reader: a version served before is kept
+            // (the store's rule for a bad update), a new one stands refused.
+            Ok(validate::Parsed::Refused { object, mut error }) => {
+                if !self.store.serves(&key) {
+                    self.store.insert(key.clone(), object, origin.clone());
+                    error
+                        .message
+                        .push_str(teapot_model::manifests::REFUSED_STANDS);
                 }
-                self.problems.insert(key.clone(), problem);
+                error
             }
+            Err(e) => e,
+        };
+        let problem = Problem {
+            file: origin.file,
+            document: 0,
+            object: Some(key.to_string()),
+            field: e.field,
+            message: e.message,
+            kept_previous: self.store.serves(&key),
+        };
+        if self.problems.get(&key) != Some(&problem) {
+            tracing::warn!(
+                object = %key,
+                field = problem.field.as_deref().unwrap_or(""),
+                kept_previous = problem.kept_previous,
+                "skipped object from the API: {}",
+                problem.message
+            );
         }
+        self.problems.insert(key.clone(), problem);
         key
     }
 
@@ -1093,6 +1104,45 @@ mod tests {
         while source.snapshot().store.tcp_routes.contains_key(&key("db")) {
             assert!(coalesced(&mut changes, Duration::from_millis(10)).await);
         }
+    }
+
+    /// A RouteTrafficPolicy the validation refuses, new, stands refused
+    /// on its targets (fail closed); a refused update of one served keeps
+    /// the served one, reported.
+    #[test]
+    fn a_refused_route_traffic_policy_stands_or_keeps_the_last_good() {
+        let resource = api_resource(Kind::RouteTrafficPolicy);
+        let object = |name: &str, in_flight: u32| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "teapot.dev/v1alpha1", "kind": "RouteTrafficPolicy",
+                "metadata": {"name": name, "namespace": "ops"},
+                "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io",
+                                         "kind": "HTTPRoute", "name": "r"}],
+                         "inFlightPerClient": in_flight},
+            }))
+            .unwrap()
+        };
+        let mut state = SourceState::default();
+        let new = state.apply(Kind::RouteTrafficPolicy, &resource, object("new", 0));
+        let id = NsName::new("ops", "new");
+        assert!(state.store.route_traffic_policies.contains_key(&id));
+        let why = &state.store.refused_route_traffic_policies[&id];
+        assert!(why.starts_with("spec.inFlightPerClient: "), "{why}");
+        let p = &state.problems[&new];
+        assert!(!p.kept_previous && p.message.ends_with("its routes answer 503"));
+
+        let kept = state.apply(Kind::RouteTrafficPolicy, &resource, object("kept", 5));
+        assert!(!state.problems.contains_key(&kept));
+        state.apply(Kind::RouteTrafficPolicy, &resource, object("kept", 0));
+        let id = NsName::new("ops", "kept");
+        assert!(state.problems[&kept].kept_previous);
+        assert!(!state.store.refused_route_traffic_policies.contains_key(&id));
+        let served = &state.store.route_traffic_policies[&id].object;
+        assert_eq!(served.spec.in_flight_per_client, Some(5));
+        // Fixed: served, the refusal gone.
+        state.apply(Kind::RouteTrafficPolicy, &resource, object("new", 3));
+        assert!(state.store.refused_route_traffic_policies.is_empty());
+        assert!(!state.problems.contains_key(&new));
     }
 
     #[test]

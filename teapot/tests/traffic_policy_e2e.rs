@@ -1016,3 +1016,112 @@ async fn canary_respects_affinity_and_cookie_domain() {
         "{accepted}"
     );
 }
+
+/// Fail closed: a RouteTrafficPolicy the manifests reader refuses (a value
+/// out of bounds) stands on its route as that refusal: 503
+/// `policy_refused` and `Invalid` naming the field, never the route
+/// served without the allow-list it asked for. A refused update of a
+/// policy served before keeps the last good version (its route keeps its
+/// restriction), reported. Over HTTP/1.1 and h2c.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_traffic_policy_refused_when_read_refuses_its_route() {
+    const NS: &str = "refused-policy";
+    let policy = |name: &str, route: &str, spec: Value| {
+        let mut spec = spec;
+        spec["targetRefs"] =
+            json!([{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route }]);
+        json!({
+            "apiVersion": "teapot.dev/v1alpha1",
+            "kind": "RouteTrafficPolicy",
+            "metadata": { "name": name, "namespace": NS },
+            "spec": spec,
+        })
+    };
+    // The client (127.0.0.1) is outside the allow-list either way; the
+    // rate is past its bound (at most 100000 a second).
+    let out_of_bounds = json!({
+        "clientAddresses": { "allow": ["10.0.0.0/8"] },
+        "rateLimit": { "requestsPerSecond": 200_000 },
+    });
+    let good = json!({ "clientAddresses": { "allow": ["10.0.0.0/8"] } });
+    let backend = echo(NS, "web", "web-0").await;
+    let rules = json!([{ "backendRefs": [{ "name": "web", "port": 80 }] }]);
+    let mut objects = vec![
+        gateway_gw(
+            NS,
+            json!([{ "name": "http", "protocol": "HTTP", "port": 80 }]),
+        ),
+        http_route(
+            NS,
+            "new",
+            json!({"name": "gw"}),
+            &["new.test"],
+            rules.clone(),
+        ),
+        http_route(NS, "kept", json!({"name": "gw"}), &["kept.test"], rules),
+    ];
+    objects.extend(echo_service(NS, "web", &[&backend]));
+    let policies = |kept: &Value| {
+        docs(&[
+            policy("new", "new", out_of_bounds.clone()),
+            policy("kept", "kept", kept.clone()),
+        ])
+    };
+    let h = Harness::start_with_args(
+        &[("gw.yaml", docs(&objects)), ("p.yaml", policies(&good))],
+        &["--h2c"],
+    )
+    .await;
+    let conditions = |status: &Value| -> Vec<(String, String, String)> {
+        let all = status["routeTrafficPolicies"].as_array().unwrap();
+        all.iter()
+            .map(|p| {
+                let c = &p["status"]["targets"][0]["conditions"][0];
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (text(&p["name"]), text(&c["reason"]), text(&c["message"]))
+            })
+            .collect()
+    };
+    let status = h.wait_route_traffic_policies(2).await;
+    let reported = conditions(&status);
+    assert_eq!(reported[0].1, "Accepted", "{reported:?}");
+    assert_eq!((&*reported[1].0, &*reported[1].1), ("new", "Invalid"));
+    assert!(
+        reported[1]
+            .2
+            .starts_with("spec.rateLimit.requestsPerSecond: ")
+            && reported[1].2.ends_with("its routes answer 503"),
+        "{reported:?}"
+    );
+    refused_and_kept(&h).await;
+
+    // The served policy's refused update keeps its allow-list.
+    h.apply("p.yaml", &policies(&out_of_bounds)).await;
+    let status = h.status().await;
+    let problem = status["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["object"] == format!("RouteTrafficPolicy {NS}/kept"))
+        .unwrap_or_else(|| panic!("the update is reported: {status:#}"));
+    assert_eq!(problem["kept_previous"], json!(true), "{problem}");
+    assert_eq!(problem["field"], "spec.rateLimit.requestsPerSecond");
+    assert_eq!(conditions(&status)[0].1, "Accepted");
+    refused_and_kept(&h).await;
+    assert_eq!(backend.requests(), 0, "no request reached the backend");
+}
+
+/// `new.test`'s route answers 503 `policy_refused`, `kept.test`'s its
+/// allow-list's 403, over HTTP/1.1 and h2c.
+async fn refused_and_kept(h: &Harness) {
+    for proto in [Proto::Http1, Proto::Http2] {
+        let resp = h.send(&Request::get("new.test", "/").proto(proto)).await;
+        assert_proxy_answer(&resp, 503, &format!("{proto:?} new"));
+        assert_eq!(
+            resp.text(),
+            "503 this route's traffic policy cannot be served\n"
+        );
+        let resp = h.send(&Request::get("kept.test", "/").proto(proto)).await;
+        assert_proxy_answer(&resp, 403, &format!("{proto:?} kept"));
+    }
+}

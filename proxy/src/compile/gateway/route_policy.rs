@@ -62,7 +62,7 @@ impl Attached {
             return out;
         }
         let winners = winners(store, &route.id.namespace, route.kind, &route.id.name);
-        for (section, (_, _, policy)) in winners {
+        for (section, (_, id, policy)) in winners {
             let key = match &section {
                 Some(rule) => format!("{} {}#{rule}", route.kind, route.id),
                 None => format!("{} {}", route.kind, route.id),
@@ -70,14 +70,19 @@ impl Attached {
             let global = (policies.global_counts(), tenant.map_or("", |t| t.cluster));
             // Fail closed: a policy that cannot be read answers its
             // routes 503 rather than leave them without what it restricts.
-            let mut traffic =
-                match traffic(&policy.object, &key, || policies.rate_table(tenant), global) {
-                    Ok(traffic) => traffic,
-                    Err(problems) => TrafficPolicy {
-                        refused: Some(problems.join("; ").into()),
-                        ..TrafficPolicy::default()
-                    },
-                };
+            // A policy refused when read stands as that refusal
+            // (teapot_model::validate::Parsed::Refused).
+            let read = match store.refused_route_traffic_policies.get(id) {
+                Some(why) => Err(vec![why.to_string()]),
+                None => traffic(&policy.object, &key, || policies.rate_table(tenant), global),
+            };
+            let mut traffic = match read {
+                Ok(traffic) => traffic,
+                Err(problems) => TrafficPolicy {
+                    refused: Some(problems.join("; ").into()),
+                    ..TrafficPolicy::default()
+                },
+            };
             if let Some(errors) = &policy.object.spec.custom_errors {
                 let meta = match &route.object {
                     RouteObject::Http(r) => &r.metadata,
@@ -299,13 +304,16 @@ pub(crate) fn report(store: &Store) -> Vec<Reported<RouteTrafficPolicyStatus>> {
     for (id, policy) in &store.route_traffic_policies {
         let generation = policy.object.metadata.generation;
         // The values are checked once: they are the same for every target.
-        let invalid = traffic(
-            &policy.object,
-            "",
-            || Arc::new(crate::live::rate_table::RateTable::new(1)),
-            (&scratch, ""),
-        )
-        .err();
+        let invalid = match store.refused_route_traffic_policies.get(id) {
+            Some(why) => Some(vec![why.to_string()]),
+            None => traffic(
+                &policy.object,
+                "",
+                || Arc::new(crate::live::rate_table::RateTable::new(1)),
+                (&scratch, ""),
+            )
+            .err(),
+        };
         let unresolved = missing_error_backend(store, id, &policy.object);
         let users = policy.object.spec.basic_auth.as_ref().and_then(|b| {
             let secret = (id.namespace.as_str(), b.secret_ref.name.as_str());
@@ -648,6 +656,64 @@ spec:
         let why = traffic.refused.as_deref().expect("refused");
         assert!(why.contains("globalRateLimit"), "{why}");
         assert!(traffic.access.is_none());
+    }
+
+    /// A policy the manifests reader refuses (a value out of bounds) and
+    /// that was never served before stands refused: its route answers
+    /// 503 with why, naming the field, and its status is `Invalid`; it is
+    /// not dropped, which would leave the route without its allow-list.
+    #[test]
+    fn a_policy_refused_when_read_refuses_its_routes() {
+        use crate::compile::gateway::table::Action;
+        let docs = [
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: http, port: 80}]}\n",
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: ops}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n",
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ops}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [r.example]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n",
+            "apiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {name: p, namespace: ops}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]\n  clientAddresses: {allow: [10.0.0.0/8]}\n  rateLimit: {requestsPerSecond: 200000}\n",
+        ];
+        let mut loaded = teapot_model::manifests::Loaded::default();
+        teapot_model::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            &docs.join("---\n"),
+            &Store::default(),
+            &mut loaded,
+        );
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+        let s = crate::compile::compile(
+            &loaded.store,
+            loaded.problems,
+            1,
+            &crate::compile::CompileOptions::default(),
+            &crate::live::endpoints::EndpointRegistry::default(),
+        );
+        let candidates = s.gateway.host("r.example").candidates();
+        let Action::Backends { backends, .. } = &*candidates[0].action else {
+            panic!("not forwarded");
+        };
+        let route = backends[0].route.as_ref().expect("resolved");
+        let traffic = route
+            .policy
+            .as_ref()
+            .and_then(|p| p.traffic.as_ref())
+            .expect("the refused policy is on the route");
+        let why = traffic.refused.as_deref().expect("refused");
+        assert!(
+            why.starts_with("spec.rateLimit.requestsPerSecond: "),
+            "{why}"
+        );
+        let status = &s.report.route_traffic_policies[0].status.targets[0].conditions[0];
+        assert_eq!(
+            (status.status.as_str(), status.reason.as_str()),
+            ("False", "Invalid")
+        );
+        assert!(
+            status
+                .message
+                .starts_with("spec.rateLimit.requestsPerSecond: ")
+                && status.message.ends_with("its routes answer 503"),
+            "{}",
+            status.message
+        );
     }
 
     /// `loadBalance`, `satisfy`, `authCache` and `backendHTTP` are read by

@@ -184,6 +184,26 @@ pub const TOO_MANY_BODY: &str = "429 too many requests from this client for this
 pub const TOO_MANY_IN_FLIGHT_BODY: &str =
     "503 too many requests in flight from this client for this route\n";
 
+/// The answer of a route part of whose policy cannot be served: it guards
+/// the route by refusing every request (fail closed), before anything
+/// else. A policy that could not be read (`policy_refused`), or the
+/// custom headers' ConfigMap (`custom_headers_refused`, as ingress-nginx
+/// denies the whole location whose ConfigMap it cannot read).
+fn refusal(policy: &TrafficPolicy) -> Option<TrafficAnswer> {
+    if policy.refused.is_some() {
+        return Some(TrafficAnswer {
+            status: 503,
+            reason: "policy_refused",
+            body: POLICY_REFUSED_BODY,
+            headers: Vec::new(),
+        });
+    }
+    policy
+        .custom_headers
+        .as_deref()
+        .and_then(custom_headers::refused)
+}
+
 /// The policy's verdict for a request routed to a route with `policy`:
 /// `Err` answers it; `Ok` forwards it with what the policy adds (`None`:
 /// nothing, no allocation).
@@ -199,21 +219,7 @@ pub fn apply(
         }
         answer
     };
-    // A policy that could not be read guards its routes by refusing them.
-    if policy.refused.is_some() {
-        return Err(answer(TrafficAnswer {
-            status: 503,
-            reason: "policy_refused",
-            body: POLICY_REFUSED_BODY,
-            headers: Vec::new(),
-        }));
-    }
-    // ingress-nginx denies the whole location whose ConfigMap it cannot read.
-    if let Some(refused) = policy
-        .custom_headers
-        .as_deref()
-        .and_then(custom_headers::refused)
-    {
+    if let Some(refused) = refusal(policy) {
         return Err(answer(refused));
     }
     let satisfied = match &policy.access {
@@ -511,12 +517,26 @@ mod tests {
     #[test]
     fn a_refused_policy_answers_every_request_503() {
         let mut p = policy(&[("whitelist-source-range", "192.0.2.0/24")]);
+        let headers = crate::compile::custom_headers::CustomHeaders {
+            fields: Vec::new(),
+            refused: Some("data: refused".into()),
+        };
+        p.custom_headers = Some(std::sync::Arc::new(headers));
+        let mut headers_only = policy(&[("whitelist-source-range", "192.0.2.0/24")]);
+        headers_only.custom_headers = p.custom_headers.clone();
         p.refused = Some("clientAddresses.allow: not-an-address".into());
         for client in [ip("192.0.2.1"), ip("198.51.100.1"), None] {
             let refused = apply(&p, "GET", "/", None, client).unwrap_err();
             assert_eq!(
                 (refused.status, refused.reason, refused.body),
                 (503, "policy_refused", POLICY_REFUSED_BODY)
+            );
+            // The custom headers' refusal, on the same path, keeps its
+            // reason and body.
+            let refused = apply(&headers_only, "GET", "/", None, client).unwrap_err();
+            assert_eq!(
+                (refused.status, refused.reason, refused.body),
+                (503, "custom_headers_refused", custom_headers::REFUSED_BODY)
             );
         }
     }
