@@ -322,7 +322,10 @@ pub async fn run(
     let fleet = config
         .fleet
         .as_ref()
-        .map(|f| crate::loops::fleet_exchange::Exchange::bind(f, global_counts))
+        .map(|f| {
+            let client = config.kube.as_ref().map(|k| &k.client);
+            crate::loops::fleet_exchange::Exchange::bind_in(f, global_counts, client)
+        })
         .transpose()?;
     let source = match &config.kube {
         Some(kube) => Source::Kube(KubeSource::start(kube)),

@@ -373,6 +373,11 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.l4 = l4;
     config.observe = args.observe.config();
     config.fleet = args.fleet.config()?;
+    config
+        .compile
+        .tenant_gates
+        .global_counts
+        .set_status(args.fleet.status_code());
     config.announce = args.announce.config().map_err(anyhow::Error::msg)?;
     config.dns = args
         .dns

@@ -13,6 +13,8 @@
 //!   itself and says so on the Ingress;
 //! - ingress-nginx's e2e case (`global-rate-limit: 5`, `-window: 2m`, then
 //!   a key and ignored networks added) is served on both protocols.
+//! - `--global-rate-limit-status-code` answers the operator's status past
+//!   the limit.
 //!
 //! Run with `cargo test -p teapot --test global_rate_limit_e2e`.
 
@@ -407,5 +409,43 @@ async fn a_route_traffic_policy_limits_a_route() {
     }
     assert_eq!(codes, [200, 200, 200, 429, 429, 429]);
     assert_eq!(send_key("k2", Proto::Http2).await, 200);
+    drop(backend);
+}
+
+/// `--global-rate-limit-status-code` (ingress-nginx's
+/// `global-rate-limit-status-code`): past the limit the answer carries the
+/// operator's status, with `Retry-After`, on HTTP/1.1 and HTTP/2; a status
+/// outside 4xx and 5xx is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_refusal_status_is_the_operators() {
+    let backend = echo(NS, "web", "web-0").await;
+    let limit: &[(&str, &str)] = &[
+        ("global-rate-limit", "2"),
+        ("global-rate-limit-window", "1h"),
+    ];
+    let h = Harness::start_with_args(
+        &[("m.yaml", objects(&backend, &[("code.test", limit)]))],
+        &["--global-rate-limit-status-code", "503"],
+    )
+    .await;
+    serving(&h, "code.test").await;
+    let mut codes = Vec::new();
+    for proto in [Proto::Http1, Proto::Http2, Proto::Http1, Proto::Http2] {
+        let resp = over(&h, proto, Request::get("code.test", "/")).await;
+        if resp.status != 200 {
+            assert!(!header(&resp, "retry-after").is_empty(), "{proto:?}");
+            assert!(resp.text().contains("too many requests"), "{}", resp.text());
+        }
+        codes.push(resp.status);
+    }
+    assert_eq!(codes, [200, 200, 503, 503]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_teapot"))
+        .args(["proxy", "--manifests", "/nonexistent"])
+        .args(["--global-rate-limit-status-code", "302"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("global-rate-limit-status-code"), "{stderr}");
     drop(backend);
 }

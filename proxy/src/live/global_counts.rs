@@ -31,8 +31,9 @@
 //!   a record is read ([`open`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use prometheus::{IntCounter, IntGauge};
@@ -46,6 +47,16 @@ pub const MAX_KEYS_PER_TENANT: u32 = 16_384;
 pub const OVERFLOW: u64 = 0;
 /// Peers a replica exchanges counts with.
 pub const MAX_PEERS: usize = 64;
+/// Peers whose counts one window holds: the current ones and as many that
+/// left the set while the window lasted (a rolling update replaces every
+/// replica once; their counts stay until the window ages out).
+const MAX_WINDOW_PEERS: usize = 2 * MAX_PEERS;
+/// A peer heard from within this long counts as alive (the metric).
+pub const ALIVE: Duration = Duration::from_secs(60);
+/// The status of a refused request unless the operator says otherwise
+/// (`--global-rate-limit-status-code`), as ingress-nginx's
+/// `global-rate-limit-status-code` defaults to.
+pub const DEFAULT_STATUS: u16 = 429;
 /// A datagram's largest size: within an Ethernet MTU with IP and UDP
 /// headers, so nothing is fragmented.
 pub const MAX_DATAGRAM: usize = 1400;
@@ -68,6 +79,8 @@ pub struct GlobalCounts {
     budgets: Mutex<HashMap<Box<str>, Weak<Budget>>>,
     /// Whether counts are exchanged (the fleet's key and peers are set).
     fleet: AtomicBool,
+    /// The status of a refused request ([`DEFAULT_STATUS`]).
+    status: AtomicU16,
     signal: Arc<Signal>,
     pub metrics: GlobalMetrics,
 }
@@ -99,8 +112,11 @@ pub struct GlobalMetrics {
     pub refused: IntCounter,
     /// Requests counted under a route's overflow key.
     pub overflowed: IntCounter,
-    /// Peers heard from within the last minute, as of the last exchange.
-    pub peers: IntGauge,
+    /// Peers heard from within the last minute, counted when scraped.
+    pub peers: PeersAlive,
+    /// Peers the fleet's Service lists beyond [`MAX_PEERS`], left out of
+    /// the exchange (crate::loops::fleet_peers).
+    pub peers_left_out: IntGauge,
     /// 1 when counts are exchanged with a fleet, 0 when each replica
     /// counts alone.
     pub fleet: IntGauge,
@@ -131,9 +147,16 @@ impl GlobalMetrics {
                 "global_rate_overflowed_total",
                 "requests counted under a route's overflow key (its key found no room)",
             ),
-            peers: gauge(
-                "global_rate_peers_alive",
-                "peers heard from within the last minute",
+            peers: PeersAlive {
+                gauge: gauge(
+                    "global_rate_peers_alive",
+                    "peers heard from within the last minute",
+                ),
+                heard: Arc::default(),
+            },
+            peers_left_out: gauge(
+                "global_rate_peers_left_out",
+                "replicas the fleet's Service lists beyond the 64 peers kept, sent no counts",
             ),
             fleet: gauge(
                 "global_rate_fleet",
@@ -150,8 +173,56 @@ impl GlobalMetrics {
             Box::new(self.refused.clone()),
             Box::new(self.overflowed.clone()),
             Box::new(self.peers.clone()),
+            Box::new(self.peers_left_out.clone()),
             Box::new(self.fleet.clone()),
         ]
+    }
+}
+
+/// The peers heard from within [`ALIVE`], counted from each one's last
+/// datagram when the metrics are read: a peer that falls silent drops out
+/// of the count without the exchange waking up to say so.
+#[derive(Clone, Debug)]
+pub struct PeersAlive {
+    gauge: IntGauge,
+    /// Peer (the exchange's number for it) -> when its last datagram was
+    /// accepted; at most the current peers.
+    heard: Arc<Mutex<HashMap<u16, Instant>>>,
+}
+
+impl PeersAlive {
+    /// A datagram of `peer` was accepted at `at`.
+    pub fn heard(&self, peer: u16, at: Instant) {
+        self.heard.lock().insert(peer, at);
+    }
+
+    /// `peer` left the set of peers.
+    pub fn forget(&self, peer: u16) {
+        self.heard.lock().remove(&peer);
+    }
+
+    /// Peers heard from within [`ALIVE`] of now.
+    pub fn get(&self) -> i64 {
+        self.alive_at(Instant::now())
+    }
+
+    fn alive_at(&self, now: Instant) -> i64 {
+        let heard = self.heard.lock();
+        heard
+            .values()
+            .filter(|at| now.saturating_duration_since(**at) < ALIVE)
+            .count() as i64
+    }
+}
+
+impl prometheus::core::Collector for PeersAlive {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        prometheus::core::Collector::desc(&self.gauge)
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.gauge.set(self.get());
+        prometheus::core::Collector::collect(&self.gauge)
     }
 }
 
@@ -161,6 +232,7 @@ impl Default for GlobalCounts {
             routes: Mutex::default(),
             budgets: Mutex::default(),
             fleet: AtomicBool::new(false),
+            status: AtomicU16::new(DEFAULT_STATUS),
             signal: Arc::default(),
             metrics: GlobalMetrics::new(),
         }
@@ -199,6 +271,8 @@ pub struct RouteCounts {
     pub id: u64,
     pub limit: u32,
     pub window_ms: u64,
+    /// The status of a request refused ([`GlobalCounts::set_status`]).
+    status: u16,
     budget: Arc<Budget>,
     keys: Mutex<Keys>,
     /// A count changed since the exchange loop last took this route's.
@@ -304,6 +378,7 @@ impl GlobalCounts {
             id,
             limit,
             window_ms: window_ms.max(1),
+            status: self.status.load(Ordering::Acquire),
             budget: self.budget(owner),
             keys: Mutex::default(),
             dirty: AtomicBool::new(false),
@@ -336,6 +411,12 @@ impl GlobalCounts {
 
     pub fn is_fleet(&self) -> bool {
         self.fleet.load(Ordering::Acquire)
+    }
+
+    /// The status refused requests are answered with from now on (set
+    /// before the first compile; a 4xx or 5xx, checked by the flag).
+    pub fn set_status(&self, status: u16) {
+        self.status.store(status, Ordering::Release);
     }
 
     /// Waits until a count changed since the last [`Self::take_changes`].
@@ -428,9 +509,11 @@ pub struct Record {
     pub count: u32,
 }
 
-/// A request over the limit: how long until one more would pass.
+/// A request over the limit: the status to answer and how long until one
+/// more would pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverLimit {
+    pub status: u16,
     pub retry_after_ms: u64,
 }
 
@@ -452,6 +535,7 @@ impl RouteCounts {
         let estimate = u128::from(prev) * (w - u128::from(elapsed)) + (u128::from(cur) + 1) * w;
         if estimate > u128::from(self.limit) * w {
             return Err(OverLimit {
+                status: self.status,
                 retry_after_ms: self.wait(prev, cur, elapsed),
             });
         }
@@ -530,7 +614,7 @@ impl RouteCounts {
         };
         if let Some((_, n)) = window.peers.iter_mut().find(|(p, _)| *p == peer) {
             *n = count;
-        } else if window.peers.len() < MAX_PEERS {
+        } else if window.peers.len() < MAX_WINDOW_PEERS {
             window.peers.push((peer, count));
         } else {
             return false;
@@ -793,6 +877,47 @@ mod tests {
         let tag = ring::hmac::sign(&key, &body);
         body.extend_from_slice(tag.as_ref());
         assert!(open(&key, &body).is_none());
+    }
+
+    /// The gauge is counted when scraped: a peer last heard more than a
+    /// minute ago is not alive, though nothing was exchanged since; one
+    /// that left the set is not counted at all.
+    #[test]
+    fn peers_alive_is_counted_when_scraped() {
+        let metrics = GlobalMetrics::new();
+        let registry = prometheus::Registry::new();
+        registry.register(Box::new(metrics.peers.clone())).unwrap();
+        let scraped = || registry.gather()[0].get_metric()[0].get_gauge().get_value();
+        let now = Instant::now();
+        metrics.peers.heard(1, now);
+        metrics.peers.heard(2, now);
+        assert_eq!(scraped(), 2.0);
+        // Peer 2's last datagram is now older than a minute: no exchange
+        // happens, the next scrape counts it gone.
+        let Some(long_ago) = now.checked_sub(ALIVE + Duration::from_secs(1)) else {
+            return; // a clock too young to hold a minute ago
+        };
+        metrics.peers.heard(2, long_ago);
+        assert_eq!(scraped(), 1.0);
+        assert_eq!(metrics.peers.get(), 1);
+        assert_eq!(metrics.peers.alive_at(now + ALIVE), 0);
+        metrics.peers.forget(1);
+        assert_eq!(scraped(), 0.0);
+    }
+
+    /// A refusal carries the status the operator set, 429 by default.
+    #[test]
+    fn refusals_carry_the_status_set() {
+        let t0 = 1_000 * W;
+        let counts = GlobalCounts::default();
+        let route = counts.route("ns/a", "t", 1, W);
+        route.admit(1, t0).unwrap();
+        assert_eq!(route.admit(1, t0).unwrap_err().status, 429);
+        let counts = GlobalCounts::default();
+        counts.set_status(503);
+        let route = counts.route("ns/a", "t", 1, W);
+        route.admit(1, t0).unwrap();
+        assert_eq!(route.admit(1, t0).unwrap_err().status, 503);
     }
 
     #[test]

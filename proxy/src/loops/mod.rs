@@ -20,6 +20,8 @@
 //!   them), the `Announced` condition and the BGP session Events.
 //! - [`fleet_exchange`]: `global-rate-limit`'s counts sent to and merged
 //!   from the fleet's other replicas (UDP, HMAC under the fleet's key).
+//! - [`fleet_peers`]: those replicas found from the fleet's Service's
+//!   EndpointSlices in kube mode (`--fleet-service`).
 //! - [`dns_zone`]: the zone of the fleet's authoritative DNS server
 //!   (teapot-dns), rebuilt from the routes, the ready replicas' or the
 //!   announced addresses and the ACME DNS-01 challenges.
@@ -29,6 +31,7 @@ pub mod allocations;
 pub mod announce;
 pub mod dns_zone;
 pub mod fleet_exchange;
+pub mod fleet_peers;
 pub mod gateway_status;
 pub mod kube_status;
 pub mod proof;

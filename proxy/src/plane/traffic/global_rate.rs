@@ -17,6 +17,8 @@ use crate::plane::traffic::TrafficAnswer;
 use crate::plane::traffic::hash_by::Vars;
 
 pub const TOO_MANY_GLOBAL_BODY: &str = "429 too many requests for this route\n";
+/// The body when the operator chose another status than 429.
+pub const OVER_GLOBAL_LIMIT_BODY: &str = "too many requests for this route\n";
 
 /// What a key reads from one request.
 pub struct Request<'r> {
@@ -46,9 +48,14 @@ fn admit_at(rate: &GlobalRate, req: &Request<'_>, now_ms: u64) -> Result<(), Tra
     rate.counts
         .admit(key(rate, req, client), now_ms)
         .map_err(|over| TrafficAnswer {
-            status: 429,
+            // --global-rate-limit-status-code, 429 by default.
+            status: over.status,
             reason: "policy_global_rate_limited",
-            body: TOO_MANY_GLOBAL_BODY,
+            body: if over.status == 429 {
+                TOO_MANY_GLOBAL_BODY
+            } else {
+                OVER_GLOBAL_LIMIT_BODY
+            },
             headers: vec![(
                 "retry-after",
                 over.retry_after_ms.div_ceil(1000).max(1).to_string(),
