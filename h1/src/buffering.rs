@@ -125,9 +125,13 @@ where
     /// Writes `out` to the client (at `pacer`'s pace, the first `unpaced`
     /// bytes at once) while reading the backend's body ahead into it, as
     /// long as less than `grant` bytes wait for the client. Returns with
-    /// `out` written and cleared. A backend body found malformed or cut
-    /// short stops the reading ahead; what was read is written, and the
-    /// caller's next read or decode finds the failure again.
+    /// `out` written and cleared, or `true` as soon as the backend's body
+    /// is all read, `out` holding what the client has yet to take: the
+    /// caller is done with the backend's connection before the client is
+    /// (nginx's reason for `proxy-buffering`). A backend body found
+    /// malformed or cut short stops the reading ahead; what was read is
+    /// written, and the caller's next read or decode finds the failure
+    /// again.
     pub(super) async fn flush_reading_ahead<U: AsyncRead + Unpin>(
         &mut self,
         up: &mut U,
@@ -136,7 +140,7 @@ where
         pacer: &mut Option<Box<dyn Pacer>>,
         unpaced: &mut usize,
         stats: &mut Stats,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let to = self.engine.config.client_write_timeout;
         let chunk = self.engine.config.read_chunk;
         let mut at = 0;
@@ -215,6 +219,10 @@ where
                     Err(_) => sound = false,
                 },
             }
+            if decoder.is_done() && at < self.out.len() {
+                self.out.drain(..at);
+                return Ok(true);
+            }
         }
         self.out.clear();
         let flushed = self
@@ -225,7 +233,7 @@ where
             stats.client_abort = true;
             return Err(io::ErrorKind::TimedOut.into());
         }
-        Ok(())
+        Ok(false)
     }
 }
 

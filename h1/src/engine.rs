@@ -1660,6 +1660,9 @@ where
         let mut outcome = Outcome::Proxied;
         // The head goes at once; a pacer paces the body only.
         let mut unpaced = self.out.len();
+        // `proxy-buffering`: the backend's answer is all read while the
+        // client still has some to take (crate::engine::buffering).
+        let mut read_whole = false;
         loop {
             match decoder.feed(self.upbuf.filled(), &mut self.out) {
                 Ok(n) => self.upbuf.consume(n),
@@ -1667,6 +1670,10 @@ where
                     outcome = Outcome::Upstream(UpstreamError::BadResponse);
                     break;
                 }
+            }
+            if ahead > 0 && decoder.is_done() {
+                read_whole = true;
+                break;
             }
             let flushed = if ahead > 0 {
                 let (up, d) = (&mut up, &mut decoder);
@@ -1677,10 +1684,19 @@ where
                     Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
                     None => self.flush(stats).await,
                 }
+                .map(|()| false)
             };
-            if flushed.is_err() {
-                outcome = Outcome::ClientAbort;
-                break;
+            match flushed {
+                Err(_) => {
+                    outcome = Outcome::ClientAbort;
+                    break;
+                }
+                // The backend's answer is read, the client not done.
+                Ok(true) => {
+                    read_whole = true;
+                    break;
+                }
+                Ok(false) => {}
             }
             if decoder.is_done() {
                 break;
@@ -1712,17 +1728,40 @@ where
                 }
             }
         }
-        let end = stats.ended();
-        stats.upstream_time = stats.upstream_start.map(|t| end.duration_since(t));
-        let complete = outcome == Outcome::Proxied;
         // Reusable: the response ended at its framing, nothing unsolicited
         // followed, both the request and the response allow keep-alive,
         // and the route's head does (not HTTP/1.0, no `Connection: close`).
-        if complete
-            && request_done
-            && resp.upstream_keepalive
-            && plan.fwd.http.reuses()
-            && self.upbuf.is_empty()
+        let reusable = |upbuf: &Buf| {
+            request_done && resp.upstream_keepalive && plan.fwd.http.reuses() && upbuf.is_empty()
+        };
+        let mut up = Some(up);
+        if read_whole {
+            // The backend's part ends here: its connection pooled (or
+            // closed) before the client has the rest, written from memory.
+            let done = Instant::now();
+            stats.upstream_time = stats.upstream_start.map(|t| done.duration_since(t));
+            if let Some(up) = up.take()
+                && reusable(&self.upbuf)
+            {
+                self.engine.pool.put_at(addr, class, up, done);
+            }
+            self.upbuf.clear();
+            let flushed = match pacer.as_deref_mut() {
+                Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
+                None => self.flush(stats).await,
+            };
+            if flushed.is_err() {
+                outcome = Outcome::ClientAbort;
+            }
+        }
+        let end = stats.ended();
+        if !read_whole {
+            stats.upstream_time = stats.upstream_start.map(|t| end.duration_since(t));
+        }
+        let complete = outcome == Outcome::Proxied;
+        if let Some(up) = up
+            && complete
+            && reusable(&self.upbuf)
         {
             self.engine.pool.put_at(addr, class, up, end);
         }

@@ -12,7 +12,11 @@
 //!   the body is still incomplete;
 //! - response buffering on: a 512 KiB answer is written whole by the
 //!   backend while the client has read none of it (the client's receive
-//!   window kept small), then arrives complete.
+//!   window kept small), then arrives complete; its backend connection
+//!   goes back to the pool (or is closed, when the answer says so) as soon
+//!   as teapot has read it, before the client has it (HTTP/1.1: paced by
+//!   `limit-rate`, since the kernel's buffers on loopback take in about
+//!   3 MiB for a client that reads nothing).
 //!
 //! Run with `cargo test -p teapot --test buffering_e2e`.
 
@@ -41,13 +45,17 @@ enum Event {
     /// The client sent (is about to send) its body's last byte.
     BodyComplete,
     Accepted,
-    /// A request's head and body as the backend read them.
+    /// A request's head and body as the backend read them, and the
+    /// connection it came on (numbered from 1 as accepted).
     Request {
         head: String,
         body: Vec<u8>,
+        conn: usize,
     },
     /// The backend finished writing an answer of `ANSWER` bytes.
     Answered,
+    /// The proxy closed the backend connection numbered so.
+    Closed(usize),
 }
 
 #[derive(Clone, Default)]
@@ -88,21 +96,22 @@ async fn backend(log: Log) -> SocketAddr {
     let listener: TcpListener = socket.listen(64).unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        loop {
+        for id in 1.. {
             let Ok((conn, _)) = listener.accept().await else {
                 return;
             };
             log.push(Event::Accepted);
-            tokio::spawn(serve(conn, log.clone()));
+            tokio::spawn(serve(conn, id, log.clone()));
         }
     });
     addr
 }
 
-async fn serve(mut conn: TcpStream, log: Log) {
+async fn serve(mut conn: TcpStream, id: usize, log: Log) {
     let mut buf = Vec::new();
     loop {
         let Some(head) = common::read_head(&mut conn, &mut buf).await else {
+            log.push(Event::Closed(id));
             return;
         };
         let head = head.to_lowercase();
@@ -131,11 +140,32 @@ async fn serve(mut conn: TcpStream, log: Log) {
             None => Vec::new(),
         };
         let big = head.starts_with("get /big");
-        log.push(Event::Request { head, body });
+        // `/big?close`: the answer ends the connection; `/big?chunked`:
+        // it is chunked.
+        let close = head.starts_with("get /big?close");
+        let chunked = head.starts_with("get /big?chunked");
+        log.push(Event::Request {
+            head,
+            body,
+            conn: id,
+        });
         if big {
-            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {ANSWER}\r\n\r\n");
+            let close = if close { "connection: close\r\n" } else { "" };
+            let (framing, body) = if chunked {
+                let mut body = Vec::new();
+                for _ in 0..ANSWER / (16 * KIB) {
+                    body.extend_from_slice(b"4000\r\n");
+                    body.extend_from_slice(&[b'x'; 16 * KIB]);
+                    body.extend_from_slice(b"\r\n");
+                }
+                body.extend_from_slice(b"0\r\n\r\n");
+                ("transfer-encoding: chunked".to_string(), body)
+            } else {
+                (format!("content-length: {ANSWER}"), vec![b'x'; ANSWER])
+            };
+            let head = format!("HTTP/1.1 200 OK\r\n{close}{framing}\r\n\r\n");
             if conn.write_all(head.as_bytes()).await.is_err()
-                || conn.write_all(&vec![b'x'; ANSWER]).await.is_err()
+                || conn.write_all(&body).await.is_err()
             {
                 return;
             }
@@ -162,6 +192,10 @@ async fn read_more(conn: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 }
 
 async fn setup() -> (Harness, Log) {
+    setup_with(&["--h2c"]).await
+}
+
+async fn setup_with(args: &[&str]) -> (Harness, Log) {
     let log = Log::default();
     let addr = backend(log.clone()).await;
     let mut objects = loopback_service(NS, "files", addr.port());
@@ -185,9 +219,20 @@ async fn setup() -> (Harness, Log) {
             ("proxy-buffers-number", "4"),
         ],
     ));
-    let h = Harness::start_with_args(&[("manifests.yaml", docs(&objects))], &["--h2c"]).await;
+    objects.push(annotated(
+        NS,
+        "paced.test",
+        "files",
+        &[
+            ("proxy-buffering", "on"),
+            ("proxy-buffer-size", "256k"),
+            ("proxy-buffers-number", "4"),
+            ("limit-rate", "8"),
+        ],
+    ));
+    let h = Harness::start_with_args(&[("manifests.yaml", docs(&objects))], args).await;
     h.wait_status("the Ingresses reported", |s| {
-        ["held.test", "streamed.test", "ahead.test"]
+        ["held.test", "streamed.test", "ahead.test", "paced.test"]
             .iter()
             .all(|n| ingress_report(s, NS, n).is_some())
     })
@@ -302,7 +347,7 @@ async fn a_held_request_body_reaches_the_backend_only_when_complete() {
                 complete.is_some() && accepted.is_some() && complete < accepted,
                 "{proto:?} chunked={chunked}: {events:?}"
             );
-            let Some(Event::Request { head, body }) =
+            let Some(Event::Request { head, body, .. }) =
                 events.iter().find(|e| matches!(e, Event::Request { .. }))
             else {
                 panic!("no request: {events:?}");
@@ -392,6 +437,187 @@ async fn a_buffered_answer_frees_the_backend_before_the_client_reads() {
         .unwrap()
         .unwrap();
     assert_eq!(body.to_bytes().len(), ANSWER);
+}
+
+/// A client that asked for `/big` (`?close`: an answer that ends its
+/// connection) and reads nothing until told; its answer's length.
+struct Slow {
+    read: tokio::sync::oneshot::Sender<()>,
+    got: tokio::task::JoinHandle<usize>,
+}
+
+impl Slow {
+    async fn start(h: &Harness, proto: Proto, host: &str, target: &str) -> Slow {
+        let (read, go) = tokio::sync::oneshot::channel::<()>();
+        let tcp = narrow_tcp(h.proxy.http).await;
+        let got = match proto {
+            Proto::Http1 => {
+                let mut conn = tcp;
+                let head = format!("GET {target} HTTP/1.1\r\nhost: {host}\r\n\r\n");
+                conn.write_all(head.as_bytes()).await.unwrap();
+                tokio::spawn(async move {
+                    if go.await.is_err() {
+                        return 0;
+                    }
+                    let mut got = Vec::new();
+                    let mut chunk = vec![0u8; 64 * KIB];
+                    loop {
+                        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n")
+                            && got.len() - (p + 4) >= ANSWER
+                        {
+                            return got.len() - (p + 4);
+                        }
+                        match conn.read(&mut chunk).await.unwrap() {
+                            0 => return 0,
+                            n => got.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                })
+            }
+            Proto::Http2 => {
+                let (mut sender, connection) =
+                    hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .initial_stream_window_size(1024)
+                        .adaptive_window(false)
+                        .handshake(hyper_util::rt::TokioIo::new(tcp))
+                        .await
+                        .unwrap();
+                tokio::spawn(connection);
+                let req = http::Request::builder()
+                    .uri(format!("http://{host}{target}"))
+                    .body(Empty::<Bytes>::new().map_err(|e| match e {}).boxed())
+                    .unwrap();
+                sender.ready().await.unwrap();
+                let resp = tokio::spawn(sender.send_request(req));
+                tokio::spawn(async move {
+                    if go.await.is_err() {
+                        return 0;
+                    }
+                    let resp = resp.await.unwrap().unwrap();
+                    let body = resp.into_body().collect().await.unwrap();
+                    body.to_bytes().len()
+                })
+            }
+        };
+        Slow { read, got }
+    }
+
+    /// Reads the whole answer; its body's length.
+    async fn finish(self) -> usize {
+        self.read.send(()).unwrap();
+        tokio::time::timeout(REQUEST_TIMEOUT, self.got)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+/// `GET /next` on a new connection of `proto`, answered `ok` by the
+/// backend (which then closes that connection).
+async fn get_next(h: &Harness, proto: Proto, host: &str) {
+    match proto {
+        Proto::Http1 => {
+            let mut conn = TcpStream::connect(h.proxy.http).await.unwrap();
+            let head = format!("GET /next HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(REQUEST_TIMEOUT, conn.read_to_end(&mut got))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                got.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        Proto::Http2 => {
+            let mut sender = h2c(h.proxy.http).await;
+            let req = http::Request::builder()
+                .uri(format!("http://{host}/next"))
+                .body(Empty::<Bytes>::new().map_err(|e| match e {}).boxed())
+                .unwrap();
+            sender.ready().await.unwrap();
+            let resp = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(req))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    }
+}
+
+/// The connection the backend got its request starting `target` on.
+fn conn_of(log: &Log, target: &str) -> Option<usize> {
+    log.events().iter().rev().find_map(|e| match e {
+        Event::Request { head, conn, .. } if head.starts_with(target) => Some(*conn),
+        _ => None,
+    })
+}
+
+/// nginx's point of `proxy-buffering`: a slow client does not hold a
+/// backend connection. An answer that fits the read-ahead gives its
+/// backend connection back as soon as its last byte is read, while its
+/// client has not read it: kept alive, the connection is in the pool and
+/// the next request goes on it; ending with the answer, it is closed.
+/// Over HTTP/2 the client's 1 KiB stream window keeps the answer in
+/// teapot, which then writes it whole; over HTTP/1.1 `limit-rate: 8`
+/// does (the kernel's buffers would take in a 512 KiB answer for a client
+/// that reads nothing; at 8 KiB/s teapot holds it for a minute). One
+/// serving thread, so that both requests share one pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_answer_gives_its_backend_connection_back_before_the_client_reads() {
+    let (h, log) = setup_with(&["--h2c", "--threads", "1"]).await;
+    let cases = [
+        (Proto::Http1, "paced.test", "/big"),
+        (Proto::Http2, "ahead.test", "/big"),
+        (Proto::Http1, "paced.test", "/big?chunked"),
+        (Proto::Http2, "ahead.test", "/big?chunked"),
+    ];
+    for (proto, host, target) in cases {
+        // Kept alive: back in the pool.
+        log.0.lock().unwrap().clear();
+        let slow = Slow::start(&h, proto, host, target).await;
+        log.wait_for("the backend wrote its answer", |e| *e == Event::Answered)
+            .await;
+        let big = conn_of(&log, &format!("get {target}")).unwrap();
+        // Each `/next` that found no pooled connection opened one that
+        // its answer closes: the first found in the pool is `/big`'s.
+        let until = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            get_next(&h, proto, host).await;
+            if conn_of(&log, "get /next") == Some(big) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "{proto:?} {target}: the backend connection was not pooled while its client waited"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if let Proto::Http2 = proto {
+            assert_eq!(slow.finish().await, ANSWER, "{target}");
+        }
+        if target != "/big" {
+            continue;
+        }
+        // Ending with the answer: closed.
+        let slow = Slow::start(&h, proto, host, "/big?close").await;
+        let big = loop {
+            if let Some(conn) = conn_of(&log, "get /big?close") {
+                break conn;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        log.wait_for(
+            "the backend connection closed before the client read",
+            |e| *e == Event::Closed(big),
+        )
+        .await;
+        if let Proto::Http2 = proto {
+            assert_eq!(slow.finish().await, ANSWER);
+        }
+    }
 }
 
 /// A RouteTrafficPolicy's `buffering` holds an HTTPRoute's request

@@ -3,11 +3,20 @@
 //! them (`teapot_h1::Buffering`): the request body read before the
 //! backend is contacted, up to the bytes the budget granted
 //! (crate::live::buffers), and the response read from the backend ahead
-//! of the client's flow-control window up to its grant. A route without
-//! them pays one look at its policy.
+//! of the client's flow-control window up to its grant. An answer read
+//! whole that way gives its backend connection back (pooled, or closed)
+//! before the client has taken it ([`Rest`]), as nginx's buffering frees
+//! the backend from a slow client. A route without them pays one look at
+//! its policy.
+
+use std::collections::VecDeque;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use teapot_h1::{BodyFraming, UpstreamConn};
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::plane::backend_answer::Chunked;
 
 use crate::live::buffers::{Budget, Held};
 use crate::plane::h2_stream::{Failure, Responder, StreamCtx};
@@ -143,6 +152,174 @@ pub(super) async fn send(
                 open = matches!(got, Ok(n) if n > 0);
             }
         }
+    }
+}
+
+/// A response body read from the backend ahead of the client
+/// (`proxy-buffering`), relayed by [`Rest::relay`]: the backend is read
+/// while the client is written to, as long as less than the grant waits
+/// for the client, and its connection is given back as soon as the body
+/// is all read, however long the client then takes. The exchange
+/// (crate::plane::h2_upstream) hands it over after the response head.
+#[derive(Default)]
+pub(super) struct Rest(Option<Relay>);
+
+struct Relay {
+    framing: BodyFraming,
+    /// What was read after the head.
+    buf: BytesMut,
+    /// The backend's connection may be pooled once the body is read
+    /// (keep-alive, the request body sent).
+    reusable: bool,
+    ahead: usize,
+    read_timeout: Duration,
+}
+
+impl Rest {
+    /// Whether a body of `framing` is relayed this way: one that ends by
+    /// its framing (a body to the connection's end leaves no connection
+    /// to give back).
+    pub(super) fn relays(framing: BodyFraming) -> bool {
+        matches!(framing, BodyFraming::Length(_) | BodyFraming::Chunked)
+    }
+
+    pub(super) fn new(
+        framing: BodyFraming,
+        buf: BytesMut,
+        reusable: bool,
+        (ahead, read_timeout): (usize, Duration),
+    ) -> Rest {
+        Rest(Some(Relay {
+            framing,
+            buf,
+            reusable,
+            ahead,
+            read_timeout,
+        }))
+    }
+
+    pub(super) fn relays_body(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Relays the body to `out`; `release` gets the backend's connection
+    /// (and whether it may be pooled) once the body is all read.
+    pub(super) async fn relay(
+        self,
+        out: &mut Responder,
+        stream: UpstreamConn,
+        release: impl FnOnce(UpstreamConn, bool),
+    ) -> Result<(), Failure> {
+        let Some(r) = self.0 else {
+            return Ok(());
+        };
+        let Relay {
+            framing,
+            mut buf,
+            reusable,
+            ahead,
+            read_timeout,
+        } = r;
+        let mut remaining = match framing {
+            BodyFraming::Length(n) => n,
+            _ => 0,
+        };
+        let mut chunked = Chunked::default();
+        let mut release = Some(release);
+        let mut stream = Some(stream);
+        let mut queue = VecDeque::<Bytes>::new();
+        let mut queued = 0usize;
+        let mut idle = Some(out);
+        let mut sending = None;
+        let mut ending = false;
+        loop {
+            // What was read goes to the queue.
+            let whole = match framing {
+                BodyFraming::Length(_) => {
+                    let take = remaining.min(buf.len() as u64) as usize;
+                    if take > 0 {
+                        remaining -= take as u64;
+                        queued += take;
+                        queue.push_back(buf.split_to(take).freeze());
+                    }
+                    remaining == 0
+                }
+                _ => {
+                    while let Some(data) = chunked.decode(&mut buf).map_err(Failure::Upstream)? {
+                        queued += data.len();
+                        queue.push_back(data);
+                    }
+                    chunked.done()
+                }
+            };
+            if whole && let (Some(stream), Some(release)) = (stream.take(), release.take()) {
+                release(stream, reusable && buf.is_empty());
+            }
+            if let Some(out) = idle.take() {
+                if let Some(data) = queue.pop_front() {
+                    queued -= data.len();
+                    ending = whole && queue.is_empty();
+                    sending = Some(Box::pin(send_one(out, data, ending)));
+                } else if whole {
+                    ending = true;
+                    sending = Some(Box::pin(send_one(out, Bytes::new(), true)));
+                } else {
+                    idle = Some(out);
+                }
+            }
+            // With nothing queued the body needs more bytes to go on.
+            let read_ahead = !whole && (queued + buf.len() < ahead || queue.is_empty());
+            tokio::select! {
+                (out, sent) = poll_opt(sending.as_mut()) => {
+                    sent?;
+                    if ending {
+                        return Ok(());
+                    }
+                    sending = None;
+                    idle = Some(out);
+                }
+                got = read_opt(stream.as_mut(), &mut buf, read_timeout), if read_ahead => {
+                    match got {
+                        Err(_) => return Err(Failure::ReadTimeout),
+                        Ok(Ok(0)) => return Err(Failure::Upstream("upstream closed mid-body")),
+                        Ok(Err(_)) => return Err(Failure::Upstream("reading the upstream response")),
+                        Ok(Ok(_)) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One piece to the client; the responder comes back with the result, so
+/// that the relay's loop can hold the write in flight while it reads.
+async fn send_one(
+    out: &mut Responder,
+    data: Bytes,
+    end: bool,
+) -> (&mut Responder, Result<(), Failure>) {
+    let sent = out.send_data(data, end).await;
+    (out, sent)
+}
+
+/// The write in flight, if any (none: never ready).
+async fn poll_opt<F: std::future::Future + Unpin>(f: Option<&mut F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One read from the backend within `timeout` (no connection: never
+/// ready; the relay reads only while it holds one).
+async fn read_opt(
+    stream: Option<&mut UpstreamConn>,
+    buf: &mut BytesMut,
+    timeout: Duration,
+) -> Result<std::io::Result<usize>, tokio::time::error::Elapsed> {
+    match stream {
+        Some(s) => tokio::time::timeout(timeout, read_some(s, buf)).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::compile::upstream::{Tried, Upstream};
 use crate::live::endpoints::Endpoint;
 use crate::plane::backend_answer::{Chunked, parse_response};
-use crate::plane::buffering_h2::send;
+use crate::plane::buffering_h2::{Rest, send};
 use crate::plane::forwarding;
 use crate::plane::h2_stream::{Failure, StreamCtx, authority};
 use crate::plane::logflood::EndpointLog;
@@ -246,7 +246,18 @@ pub(super) async fn forward(
             hold,
             ahead: held.ahead,
         };
-        match exchange.run(router, st, &mut stream).await {
+        // A body read ahead of the client (`proxy-buffering`).
+        let mut rest = Rest::default();
+        match exchange.run(router, st, &mut stream, &mut rest).await {
+            Ok(_) if rest.relays_body() => {
+                let release = |stream, reusable: bool| {
+                    if reusable && http.reuses() {
+                        let now = tokio::time::Instant::now();
+                        with_pool(idle, |p| p.put_at(endpoint.addr, class, stream, now));
+                    }
+                };
+                return rest.relay(&mut st.client.out, stream, release).await;
+            }
             Ok(true) if http.reuses() => {
                 with_pool(idle, |p| {
                     p.put_at(endpoint.addr, class, stream, tokio::time::Instant::now())
@@ -515,12 +526,15 @@ impl Exchange<'_> {
 
 impl Exchange<'_> {
     /// One request and its response; `Ok(true)`: the connection may be
-    /// pooled again.
+    /// pooled again. With `ahead` (`proxy-buffering`), the answer's body
+    /// is left in `rest` for the caller to relay, so that the connection
+    /// is given back once the body is read, before the client has it.
     async fn run(
         &self,
         router: &Router,
         st: &mut StreamCtx<'_>,
         stream: &mut UpstreamConn,
+        rest: &mut Rest,
     ) -> Result<bool, Stale> {
         let t = self.timeouts;
         write(stream, self.head, t.write)
@@ -648,6 +662,11 @@ impl Exchange<'_> {
         );
         let done_now = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
         st.client.out.send_head(response, done_now)?;
+        if self.ahead > 0 && Rest::relays(framing) {
+            let reusable = head.keep_alive && body_sent;
+            *rest = Rest::new(framing, buf, reusable, (self.ahead, t.read));
+            return Ok(false);
+        }
         let complete = match framing {
             BodyFraming::None | BodyFraming::Length(0) => true,
             BodyFraming::Length(n) => {
