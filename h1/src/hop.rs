@@ -22,7 +22,7 @@ pub const CONNECTION_SPECIFIC: [&str; 8] = [
 pub fn is_connection_specific(name: &[u8]) -> bool {
     // By length first: every field of every head passes here, and most
     // match no candidate's length.
-    let is = |h: &[u8]| h.eq_ignore_ascii_case(name);
+    let is = |h: &[u8]| crate::scan::eq_lower(name, h);
     match name.len() {
         2 => is(b"te"),
         7 => is(b"trailer") || is(b"upgrade"),
@@ -39,8 +39,8 @@ pub fn is_connection_specific(name: &[u8]) -> bool {
 /// itself.
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
     match name.len() {
-        14 => name.eq_ignore_ascii_case(b"content-length"),
-        17 => name.eq_ignore_ascii_case(b"transfer-encoding"),
+        14 => crate::scan::eq_lower(name, b"content-length"),
+        17 => crate::scan::eq_lower(name, b"transfer-encoding"),
         _ => is_connection_specific(name),
     }
 }

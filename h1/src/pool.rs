@@ -79,6 +79,14 @@ impl Inner {
     }
 }
 
+/// Whether `timeout` has passed from `since` to `now` (`now` before
+/// `since` counts as no time): `now.duration_since(since) >= timeout` as
+/// one comparison of instants, since a request's take and put each ask it
+/// and a duration between instants is several times the instructions.
+fn expired(since: Instant, now: Instant, timeout: Duration) -> bool {
+    timeout.is_zero() || since.checked_add(timeout).is_some_and(|at| now >= at)
+}
+
 /// Idle keep-alive connections per upstream address. `Sync`: one per
 /// engine, shared by its connections; the lock is held only to push or pop.
 #[derive(Debug)]
@@ -115,19 +123,23 @@ impl Pool {
             let idle = {
                 let mut inner = self.lock();
                 let idle = inner.idle.get_mut(&addr)?.pop()?;
-                if now.duration_since(idle.since) >= self.idle_timeout {
+                if expired(idle.since, now, self.idle_timeout) {
                     // Everything under it is older still.
                     let older = inner.idle.remove(&addr).map_or(0, |l| l.len());
                     inner.stats.expired += 1 + older as u64;
                     return None;
                 }
+                // Counted as reused under this lock, the usual outcome:
+                // a stale one takes the lock again to say otherwise.
+                inner.stats.reused += 1;
                 idle
             };
             if idle.stream.is_open() {
-                self.lock().stats.reused += 1;
                 return Some(idle.stream);
             }
-            self.lock().stats.stale += 1;
+            let mut inner = self.lock();
+            inner.stats.reused -= 1;
+            inner.stats.stale += 1;
         }
     }
 
@@ -144,7 +156,7 @@ impl Pool {
         let mut inner = self.lock();
         if inner
             .last_sweep
-            .is_none_or(|t| now.duration_since(t) >= self.idle_timeout)
+            .is_none_or(|t| expired(t, now, self.idle_timeout))
         {
             inner.sweep(now, self.idle_timeout);
         }
@@ -188,6 +200,22 @@ mod tests {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         (c, s)
+    }
+
+    #[test]
+    fn expiry_is_the_duration_between_instants() {
+        let t = Instant::now();
+        let later = t + Duration::from_secs(5);
+        for timeout in [0, 1, 4, 5, 6, 3600].map(Duration::from_secs) {
+            for (since, now) in [(t, later), (later, t), (t, t)] {
+                assert_eq!(
+                    expired(since, now, timeout),
+                    now.duration_since(since) >= timeout,
+                    "{timeout:?}"
+                );
+            }
+        }
+        assert!(!expired(t, later, Duration::MAX));
     }
 
     #[tokio::test]

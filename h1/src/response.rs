@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 
 use crate::body::BodyFraming;
-use crate::scan::{MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, parse_length, trim_ows};
+use crate::scan::{MAX_HEADERS_CAP, MAX_RESPONSE_HEADER_BYTES, eq_lower, parse_length, trim_ows};
 use crate::wire::{ConnOptions, connection_options};
 
 /// What a final response head says about its body and its connection.
@@ -54,13 +54,13 @@ pub(crate) fn framing_with(
     let mut length: Option<u64> = None;
     let mut chunked = false;
     for h in headers {
-        if h.name.eq_ignore_ascii_case("content-length") {
+        if eq_lower(h.name.as_bytes(), b"content-length") {
             let n = parse_length(trim_ows(h.value)).map_err(|_| "malformed Content-Length")?;
             if length.is_some_and(|l| l != n) {
                 return Err("conflicting Content-Length");
             }
             length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+        } else if eq_lower(h.name.as_bytes(), b"transfer-encoding") {
             if chunked || !trim_ows(h.value).eq_ignore_ascii_case(b"chunked") {
                 return Err("a transfer coding other than chunked");
             }

@@ -260,13 +260,13 @@ pub fn scan_h1(raw: &[u8], limits: &HeadLimits) -> Result<H1Framing, Refusal> {
             return Err(Refusal::TooManyHeaders);
         }
         let (name, value) = split_field(line)?;
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if eq_lower(name, b"content-length") {
             lengths += 1;
             if lengths > 1 {
                 return Err(Refusal::DuplicateLength);
             }
             framing.content_length = Some(parse_length(value)?);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if eq_lower(name, b"transfer-encoding") {
             encodings += 1;
             // Anything but one `chunked` is a TE.TE obfuscation waiting
             // for a backend that reads the list differently.
@@ -383,12 +383,20 @@ pub(crate) fn has_token(list: &[u8], token: &[u8]) -> bool {
 /// A Host value that names one authority: a reg-name or IP literal with an
 /// optional port. No list, no userinfo, no whitespace, no path.
 pub fn is_authority(v: &[u8]) -> bool {
-    !v.is_empty()
-        && v.len() <= 255 + 6
-        && v.iter().all(|&b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
-        })
+    !v.is_empty() && v.len() <= 255 + 6 && v.iter().all(|&b| AUTHORITY[usize::from(b)])
 }
+
+/// A table, as [`TCHAR`]: every request's Host passes [`is_authority`].
+static AUTHORITY: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']');
+        i += 1;
+    }
+    t
+};
 
 /// A field value the engine may write: no CR, LF, NUL or other control
 /// byte but HTAB (what [`scan_h1`] lets through, and what a router's edits
@@ -428,7 +436,59 @@ pub(crate) fn is_visible(v: &[u8]) -> bool {
     words
         .iter()
         .all(|w| control_bytes(u64::from_le_bytes(*w)) == 0)
-        && rest.iter().all(|&b| b >= 0x20 && b != 0x7f)
+        && match last_word(v, rest.len()) {
+            // The tail in the word that ends `v` (bytes looked at twice
+            // pass twice): one word, not a loop over up to seven bytes.
+            Some(w) => control_bytes(w) == 0,
+            None => rest.iter().all(|&b| b >= 0x20 && b != 0x7f),
+        }
+}
+
+/// The eight bytes that end `v` as a word, when `v` has a tail of
+/// `tail` bytes past its whole words and at least one whole word.
+fn last_word(v: &[u8], tail: usize) -> Option<u64> {
+    if tail == 0 || v.len() < 8 {
+        return None;
+    }
+    let (_, last) = v.split_last_chunk::<8>()?;
+    Some(u64::from_le_bytes(*last))
+}
+
+/// Whether `name` is `lower` in any case (ASCII letters folded, every
+/// other byte as it is); `lower` is lowercase. Eight bytes at a time:
+/// every field of every head is compared with the names the engine acts
+/// on, and a name of the same length was compared a byte at a time.
+pub(crate) fn eq_lower(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert!(!lower.iter().any(u8::is_ascii_uppercase));
+    if name.len() != lower.len() {
+        return false;
+    }
+    if name.len() < 8 {
+        return name.eq_ignore_ascii_case(lower);
+    }
+    let (words, rest) = name.as_chunks::<8>();
+    let (lower_words, _) = lower.as_chunks::<8>();
+    words
+        .iter()
+        .zip(lower_words)
+        .all(|(w, l)| fold_case(u64::from_le_bytes(*w)) == u64::from_le_bytes(*l))
+        && match (last_word(name, rest.len()), last_word(lower, rest.len())) {
+            (Some(w), Some(l)) => fold_case(w) == l,
+            _ => true,
+        }
+}
+
+/// Each ASCII capital of `x` as its small letter; every other byte as it
+/// is.
+fn fold_case(x: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let heptets = x & LOW7;
+    // The high bit of each byte: at least `A`, past `Z` (no carry leaves
+    // a byte: a heptet is at most 0x7f).
+    let from_a = heptets.wrapping_add(ONES * u64::from(0x80 - b'A'));
+    let past_z = heptets.wrapping_add(ONES * u64::from(0x80 - b'Z' - 1));
+    let capital = from_a & !past_z & !x & HIGH;
+    x | (capital >> 2)
 }
 
 /// The first `needle` in `hay`.
@@ -440,6 +500,12 @@ pub(crate) fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
         if found != 0 {
             return Some(i * 8 + (found.trailing_zeros() / 8) as usize);
         }
+    }
+    // The tail in the word that ends `hay`: the bytes it shares with the
+    // last whole word hold no `needle`, so the first found is the tail's.
+    if let Some(w) = last_word(hay, rest.len()) {
+        let found = zero_bytes(w ^ pattern);
+        return (found != 0).then(|| hay.len() - 8 + (found.trailing_zeros() / 8) as usize);
     }
     rest.iter()
         .position(|&b| b == needle)
@@ -480,6 +546,82 @@ pub(crate) fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every string of up to 11 bytes over `a`, CR, LF and DEL (so that
+    /// words, tails and the word that overlaps a tail all get each
+    /// case), against byte-by-byte definitions.
+    #[test]
+    fn word_scans_agree_with_byte_scans() {
+        const ALPHABET: [u8; 4] = [b'a', b'\r', b'\n', 0x7f];
+        let mut s = Vec::new();
+        for len in 0..=11u32 {
+            for mut n in 0..ALPHABET.len().pow(len) {
+                s.clear();
+                for _ in 0..len {
+                    s.push(ALPHABET[n % ALPHABET.len()]);
+                    n /= ALPHABET.len();
+                }
+                let visible = s.iter().all(|&b| b >= 0x20 && b != 0x7f);
+                assert_eq!(
+                    is_visible(&s),
+                    visible,
+                    "{:?}",
+                    s.escape_ascii().to_string()
+                );
+                for needle in [b'\n', b'\r'] {
+                    let first = s.iter().position(|&b| b == needle);
+                    assert_eq!(
+                        find_byte(&s, needle),
+                        first,
+                        "{:?}",
+                        s.escape_ascii().to_string()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_compare_in_any_case() {
+        let lower: Vec<u8> = (0..=255u8).filter(|b| !b.is_ascii_uppercase()).collect();
+        // Every byte against every byte of a name, at each position of a
+        // name of 8 to 17 bytes (whole words, tails, overlaps).
+        for len in 8..=17 {
+            for at in [0, 7, len / 2, len - 1] {
+                for &l in &lower {
+                    let mut want = vec![b'x'; len];
+                    want[at] = l;
+                    for b in 0..=255u8 {
+                        let mut name = want.clone();
+                        name[at] = b;
+                        assert_eq!(
+                            eq_lower(&name, &want),
+                            name.eq_ignore_ascii_case(&want),
+                            "{:?} {:?}",
+                            name.escape_ascii().to_string(),
+                            want.escape_ascii().to_string()
+                        );
+                    }
+                }
+            }
+        }
+        assert!(eq_lower(b"Content-Length", b"content-length"));
+        assert!(eq_lower(b"TRANSFER-ENCODING", b"transfer-encoding"));
+        assert!(eq_lower(b"Te", b"te"));
+        assert!(!eq_lower(b"content-lengthx", b"content-length"));
+        assert!(!eq_lower(b"content\rlength", b"content-length"));
+    }
+
+    #[test]
+    fn authority_table_is_the_host_charset() {
+        for b in 0..=255u8 {
+            let allowed = b.is_ascii_alphanumeric() || b".-_:[]".contains(&b);
+            assert_eq!(is_authority(&[b]), allowed, "byte {b:#04x}");
+        }
+        assert!(!is_authority(b""));
+        assert!(is_authority("a".repeat(261).as_bytes()));
+        assert!(!is_authority("a".repeat(262).as_bytes()));
+    }
 
     #[test]
     fn tchar_table_is_rfc_9110_token_chars() {

@@ -5,7 +5,7 @@
 use crate::edits::HeaderEdits;
 use crate::hop::is_hop_by_hop;
 use crate::router::RewriteField;
-use crate::scan::{has_token, is_field_value, is_tchar};
+use crate::scan::{eq_lower, has_token, is_field_value, is_tchar};
 
 /// Fields a `Connection` option may not remove: routing and framing stay
 /// under the engine's control.
@@ -37,8 +37,19 @@ pub(crate) fn connection_options(headers: &[httparse::Header<'_>]) -> ConnOption
     let mut o = ConnOptions::default();
     for h in headers
         .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
     {
+        // Nearly every Connection field is one option: named without
+        // splitting the value.
+        let whole = crate::scan::trim_ows(h.value);
+        if eq_lower(whole, b"keep-alive") {
+            o.keep_alive = true;
+            continue;
+        }
+        if whole.eq_ignore_ascii_case(b"close") {
+            o.close = true;
+            continue;
+        }
         for t in h.value.split(|&b| b == b',') {
             let t = crate::scan::trim_ows(t);
             if t.eq_ignore_ascii_case(b"close") {
@@ -134,9 +145,30 @@ pub(crate) fn write_u64(out: &mut Vec<u8>, mut n: u64) {
 }
 
 pub(crate) fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    write_u64(out, u64::from(status));
-    out.push(b' ');
+    // Every status teapot writes has three digits (httparse reads three):
+    // the line's start in one copy, not a division per digit.
+    if (100..1000).contains(&status) {
+        let digit = |n: u16| b'0' + (n % 10) as u8;
+        out.extend_from_slice(&[
+            b'H',
+            b'T',
+            b'T',
+            b'P',
+            b'/',
+            b'1',
+            b'.',
+            b'1',
+            b' ',
+            digit(status / 100),
+            digit(status / 10),
+            digit(status),
+            b' ',
+        ]);
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        write_u64(out, u64::from(status));
+        out.push(b' ');
+    }
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
 }
@@ -268,6 +300,40 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "Location: /new/x\r\nX-Evil: kept\r\nX-Other: 1\r\nx-replaced: new\r\n"
         );
+    }
+
+    #[test]
+    fn status_lines() {
+        for status in [0u16, 7, 99, 100, 200, 404, 599, 999, 1000, u16::MAX] {
+            let mut out = Vec::new();
+            status_line(&mut out, status, b"Reason");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("HTTP/1.1 {status} Reason\r\n")
+            );
+        }
+    }
+
+    /// A value that is one option is read as the list it is.
+    #[test]
+    fn connection_options_of_one_option_and_of_lists() {
+        let options = |value: &str| {
+            let headers = [httparse::Header {
+                name: "Connection",
+                value: value.as_bytes(),
+            }];
+            let o = connection_options(&headers);
+            (o.close, o.keep_alive, o.upgrade, o.other)
+        };
+        assert_eq!(options("keep-alive"), (false, true, false, false));
+        assert_eq!(options(" Keep-Alive\t"), (false, true, false, false));
+        assert_eq!(options("CLOSE"), (true, false, false, false));
+        assert_eq!(options("close, keep-alive"), (true, true, false, false));
+        assert_eq!(options("keep-alive, x-secret"), (false, true, false, true));
+        assert_eq!(options("keep-alive,"), (false, true, false, false));
+        assert_eq!(options("keep-alivex"), (false, false, false, true));
+        assert_eq!(options("Upgrade"), (false, false, true, false));
+        assert_eq!(options(""), (false, false, false, false));
     }
 
     #[test]
