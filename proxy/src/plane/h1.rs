@@ -670,16 +670,18 @@ impl Observer for MetricsObserver {
         if log.client_abort || log.outcome == Outcome::ClientAbort {
             m.client_aborts.inc();
         }
-        let series = match log.tag {
-            Some(tag) => m.series.by_shared_tag(tag),
-            None => m.series.get(None, ""),
+        let count = |series: &Arc<Series>| {
+            series.count(
+                log.status,
+                log.total_time.as_secs_f64(),
+                log.bytes_in,
+                log.bytes_out,
+            );
         };
-        series.count(
-            log.status,
-            log.total_time.as_secs_f64(),
-            log.bytes_in,
-            log.bytes_out,
-        );
+        match log.tag {
+            Some(tag) => m.series.with_shared_tag(tag, count),
+            None => count(&m.series.get(None, "")),
+        }
         let reason = reason(log);
         if !self.access_log.wants(log.status, reason.is_some()) {
             return;

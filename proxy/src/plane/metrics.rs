@@ -476,6 +476,14 @@ impl SeriesBook {
     /// lock. Only a series' own tag is cached, and a cached series holds
     /// its tag, so a pointer match is that very series.
     pub fn by_shared_tag(&self, tag: &Arc<str>) -> Arc<Series> {
+        self.with_shared_tag(tag, Arc::clone)
+    }
+
+    /// [`Self::by_shared_tag`] lent to `f` rather than returned: a
+    /// request's counts need no reference of their own (two atomic
+    /// operations on a shared count per request). `f` must not look a
+    /// series up by tag again.
+    pub fn with_shared_tag<R>(&self, tag: &Arc<str>, f: impl FnOnce(&Arc<Series>) -> R) -> R {
         const SLOTS: usize = 16;
         thread_local! {
             static RECENT: RefCell<[Option<Arc<Series>>; SLOTS]> =
@@ -486,13 +494,13 @@ impl SeriesBook {
             if let Some(s) = &recent[slot]
                 && Arc::ptr_eq(&s.tag, tag)
             {
-                return s.clone();
+                return f(s);
             }
             let s = self.by_tag(tag);
             if Arc::ptr_eq(&s.tag, tag) {
                 recent[slot] = Some(s.clone());
             }
-            s
+            f(&s)
         })
     }
 
