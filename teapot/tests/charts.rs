@@ -684,6 +684,83 @@ fn a_bgp_peer_password_comes_from_a_secret_mounted_read_only() {
     assert!(pod["containers"][0]["securityContext"]["capabilities"]["add"].is_null());
 }
 
+/// proxy.fleet: the replicas find each other by a headless Service with
+/// a UDP port `fleet` (--fleet-service), read its EndpointSlices in the
+/// release namespace, and sign with the key Secret mounted read-only; no
+/// key Secret named, no render.
+#[test]
+fn the_fleet_exchange_gets_its_service_key_and_rbac() {
+    let Some(helm) = helm() else { return };
+    let values = chart("teapot-lb").join("ci/daemonset-values.yaml");
+    let docs = render(&helm, "teapot-lb", &values, &[]);
+    let args = container_args(&docs, "proxy");
+    for flag in [
+        "--fleet-service=teapot-system/teapot-proxy-fleet",
+        "--fleet-listen=$(POD_IP):7946",
+        "--fleet-key-file=/etc/teapot/fleet/key",
+        "--global-rate-limit-status-code=503",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "teapot-proxy-fleet")
+        .expect("the fleet's Service");
+    assert_eq!(service["metadata"]["namespace"], NS);
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert_eq!(
+        service["spec"]["ports"],
+        serde_json::json!([{"name": "fleet", "port": 7946, "targetPort": "fleet", "protocol": "UDP"}])
+    );
+    let pod = proxy_pod(&docs);
+    let port = pod["containers"][0]["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "fleet")
+        .expect("the container's fleet port");
+    assert_eq!(port["protocol"], "UDP");
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "fleet-key")
+        .expect("the key's volume");
+    assert_eq!(volume["secret"]["secretName"], "teapot-fleet-key");
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "fleet-key")
+        .expect("the key's mount");
+    assert_eq!(mount["mountPath"], "/etc/teapot/fleet");
+    assert_eq!(mount["readOnly"], true);
+    let reads_slices = rules_of(&docs, "teapot-proxy").iter().any(|(scope, rule)| {
+        scope.as_deref().is_none_or(|ns| ns == NS)
+            && strs(&rule["apiGroups"]).contains(&"discovery.k8s.io".to_string())
+            && strs(&rule["resources"]).contains(&"endpointslices".to_string())
+            && ["list", "watch"]
+                .iter()
+                .all(|v| strs(&rule["verbs"]).contains(&v.to_string()))
+    });
+    assert!(
+        reads_slices,
+        "the proxy lists and watches EndpointSlices in {NS}"
+    );
+    let err = try_render(
+        &helm,
+        "teapot-lb",
+        &[
+            "-f",
+            values.to_str().expect("utf-8"),
+            "--set",
+            "proxy.fleet.keySecret.name=",
+        ],
+    )
+    .expect_err("no key Secret");
+    assert!(err.contains("proxy.fleet.keySecret.name"), "{err}");
+}
+
 #[test]
 fn webhook_fails_closed_and_is_scoped() {
     let Some(helm) = helm() else { return };
