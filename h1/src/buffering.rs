@@ -71,6 +71,15 @@ pub(super) fn dechunk(up_out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// For a backend that must be told the body's length (HTTP/1.0):
+/// whether the request in `up_out` can go, its chunked body complete
+/// (`whole`: the body was held to its end) and then rewritten with a
+/// `Content-Length`. A body not held whole cannot go.
+pub(super) fn with_length(up_out: &mut Vec<u8>, whole: bool) -> bool {
+    const CHUNKED: &[u8] = b"transfer-encoding: chunked\r\n\r\n";
+    whole && (dechunk(up_out) || !up_out[..head_len(up_out)].ends_with(CHUNKED))
+}
+
 impl<S, R, O> Conn<S, R, O>
 where
     S: ClientStream,

@@ -451,6 +451,8 @@ struct ForwardPlan<U> {
     client_keepalive: bool,
     client_http10: bool,
     upgrade: bool,
+    /// A chunked body to an HTTP/1.0 backend: sent only held whole.
+    length_required: bool,
 }
 
 /// Why waiting for a request head ended without one.
@@ -1236,6 +1238,15 @@ where
                     return Next::Close(ConnEnd::ClientClosed);
                 }
             }
+        }
+        if plan.length_required
+            && !buffering::with_length(&mut self.up_out, held.request > 0 && decoder.is_done())
+        {
+            let mut respond = Respond::new(411, "length_required", LENGTH_REQUIRED);
+            respond.tag = plan.fwd.tag.clone();
+            let next = self.local(&respond, plan.head_request, false, stats).await;
+            self.observe(stats, Outcome::Local(respond.reason), plan.fwd.tag.as_ref());
+            return next;
         }
         let up_start = Instant::now();
         stats.upstream_start = Some(up_start);
@@ -2108,18 +2119,10 @@ async fn prepare<R: Router>(
         Some(_) => &UpstreamHttp::DEFAULT,
         None => &fwd.http,
     };
-    if body == BodyFraming::Chunked && !http.takes_unknown_length() {
-        // An HTTP/1.0 backend cannot be sent a body of unknown length,
-        // and teapot does not hold request bodies to learn it.
-        let mut respond = Respond::new(411, "length_required", LENGTH_REQUIRED);
-        respond.tag = fwd.tag.clone();
-        return Plan::Local {
-            respond,
-            head_request,
-            unread_body: true,
-            client_keepalive,
-        };
-    }
+    // An HTTP/1.0 backend cannot be sent a body of unknown length: it
+    // goes only when held whole, with its length (`proxy-request-buffering`),
+    // else 411 (crate::engine::buffering).
+    let length_required = body == BodyFraming::Chunked && !http.takes_unknown_length();
     up_out.clear();
     // A rewritten target was checked when it was made (RequestTarget).
     let target = fwd.target.as_ref().map_or(path, |t| t.as_str());
@@ -2148,6 +2151,7 @@ async fn prepare<R: Router>(
         client_keepalive,
         client_http10: http10,
         upgrade: upgrade_value.is_some(),
+        length_required,
     }))
 }
 

@@ -93,10 +93,11 @@ impl<'o> RequestHeadWriter<'o> {
 
     /// The route's `Connection` field, the body's framing field, then the
     /// blank line that ends the head. A chunked body in an HTTP/1.0 head
-    /// is the caller's error ([`UpstreamHttp::takes_unknown_length`]).
+    /// ([`UpstreamHttp::takes_unknown_length`]) never goes as written:
+    /// the engine sends it only held whole, with its length instead, and
+    /// answers 411 otherwise (crate::engine::buffering).
     #[inline]
     pub fn finish(self, body: BodyLength) {
-        debug_assert!(body != BodyLength::Chunked || self.http.takes_unknown_length());
         if let Some(c) = &self.http.connection {
             field(self.out, b"connection", c.as_str().as_bytes());
         }

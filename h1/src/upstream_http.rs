@@ -76,7 +76,9 @@ impl UpstreamHttp {
     };
 
     /// Whether a body of unknown length can go (chunked): only in
-    /// HTTP/1.1. The caller answers 411 otherwise, before anything is sent.
+    /// HTTP/1.1. Otherwise the caller sends it only when it held all of it
+    /// (`proxy-request-buffering`), with its `Content-Length`, and answers
+    /// 411 before anything is sent when it did not.
     pub fn takes_unknown_length(&self) -> bool {
         self.version == HttpVersion::Http11
     }

@@ -146,10 +146,6 @@ pub(super) async fn forward(
     // `proxy-http-version`, `connection-proxy-header` (crate::compile::upstream_http).
     let http = st.policy.as_ref().and_then(|p| p.upstream_http.clone());
     let http = http.as_deref().unwrap_or(&teapot_h1::UpstreamHttp::DEFAULT);
-    if chunked && !http.takes_unknown_length() {
-        st.reason = Some("length_required");
-        return st.client.out.answer(parts, 411, LENGTH_REQUIRED, &[]);
-    }
     let mut head = Vec::with_capacity(512 + parts.headers.len() * 32);
     let policy_edits = crate::plane::traffic::engines::h2_edits_request(st.policy.as_deref());
     if st.gateway.is_some() || has_hop_by_hop(&parts.headers) || policy_edits {
@@ -170,6 +166,12 @@ pub(super) async fn forward(
     // `proxy-request-buffering`, `proxy-buffering` (crate::plane::buffering_h2).
     let mut held = crate::plane::buffering_h2::hold(router, parts, st).await?;
     let chunked = held.behind(&mut head, chunked);
+    if chunked && !http.takes_unknown_length() {
+        // An HTTP/1.0 backend is sent a body of unknown length only held
+        // whole, with its length.
+        st.reason = Some("length_required");
+        return st.client.out.answer(parts, 411, LENGTH_REQUIRED, &[]);
+    }
     let upstream = st
         .upstream
         .clone()
