@@ -1481,14 +1481,20 @@ fn parse_value(ty: &ValueType, value: &str) -> Option<AnnotationValue> {
             (!nets.is_empty()).then_some(AnnotationValue::Cidrs(nets))
         }
         ValueType::Origins => {
-            // As ingress-nginx: a blank value is its default, and `*`
-            // anywhere in the list allows every origin.
+            // As ingress-nginx: a blank value is its default, `*`
+            // anywhere in the list allows every origin, and an entry that
+            // is no origin is dropped, the others served (the compile
+            // reports each dropped one). A list without one origin is
+            // refused (a tenant's Ingress at admission); an operator's
+            // carrying one is served allowing no origin, where
+            // ingress-nginx would allow every origin.
             if items(value).next().is_none() || items(value).any(|o| o == "*") {
                 return Some(AnnotationValue::List(vec!["*".into()]));
             }
-            let origins = items(value)
-                .map(|o| origin_ok(o).then(|| o.to_ascii_lowercase()))
-                .collect::<Option<Vec<_>>>()?;
+            let origins: Vec<String> = items(value)
+                .filter(|o| origin_ok(o))
+                .map(str::to_ascii_lowercase)
+                .collect();
             (!origins.is_empty()).then_some(AnnotationValue::List(origins))
         }
         ValueType::Tokens { star } => {
@@ -2102,9 +2108,18 @@ mod tests {
             "https://a.example/path",
             "https://$host",
             "https://a:x",
+            "a.example:8080, https://$host",
         ] {
             assert!(origins(bad).is_err(), "{bad:?}");
         }
+        // As ingress-nginx, an entry that is no origin is dropped, the
+        // others kept.
+        assert_eq!(
+            origins("origin.cors.com:8080, https://Origin2.cors.com, https://a/b"),
+            Ok(AnnotationValue::List(vec![
+                "https://origin2.cors.com".into()
+            ]))
+        );
         let methods = |v: &str| parse(i, &key("cors-allow-methods"), v);
         assert_eq!(
             methods("GET,POST"),

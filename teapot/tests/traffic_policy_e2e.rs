@@ -1125,3 +1125,78 @@ async fn refused_and_kept(h: &Harness) {
         assert_proxy_answer(&resp, 403, &format!("{proto:?} kept"));
     }
 }
+
+/// `cors-allow-origin` with entries that are no origin (an operator's
+/// Ingress: no webhook): as ingress-nginx, the others are served and each
+/// dropped one is reported on `AnnotationsAccepted`; with none an origin,
+/// no origin is allowed, never every one (ingress-nginx's `*`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_origins_that_are_no_origin_are_dropped_never_widened() {
+    const NS: &str = "cors-dropped";
+    let (_backend, h) = serve(
+        NS,
+        vec![
+            annotated(
+                NS,
+                "some.test",
+                "web",
+                &[
+                    ("enable-cors", "true"),
+                    (
+                        "cors-allow-origin",
+                        "origin.cors.com:8080, https://origin2.cors.com",
+                    ),
+                ],
+            ),
+            annotated(
+                NS,
+                "none.test",
+                "web",
+                &[
+                    ("enable-cors", "true"),
+                    ("cors-allow-origin", "origin.cors.com:8080, https://$host"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let status = h
+        .wait_status("the Ingresses' reports", |s| {
+            ingress_report(s, NS, "some.test").is_some()
+                && ingress_report(s, NS, "none.test").is_some()
+        })
+        .await;
+    for (name, said) in [
+        ("some.test", "\"origin.cors.com:8080\""),
+        ("none.test", "no origin is allowed"),
+    ] {
+        let report = ingress_report(&status, NS, name).unwrap();
+        let accepted = condition(report, "AnnotationsAccepted").expect("reported");
+        assert_eq!(accepted["status"], "False", "{name}");
+        let message = accepted["message"].as_str().unwrap();
+        assert!(message.contains(said), "{name}: {message}");
+    }
+    let origin = |host: &str, origin: &str| Request::get(host, "/").header("Origin", origin);
+    for proto in BOTH {
+        let resp = over(&h, proto, origin("some.test", "https://origin2.cors.com")).await;
+        assert_eq!(resp.status, 200, "{proto:?}");
+        assert_eq!(
+            header(&resp, "access-control-allow-origin"),
+            "https://origin2.cors.com"
+        );
+        for (host, from) in [
+            ("some.test", "origin.cors.com:8080"),
+            ("some.test", "https://elsewhere.example"),
+            ("none.test", "https://origin2.cors.com"),
+            ("none.test", "origin.cors.com:8080"),
+        ] {
+            let resp = over(&h, proto, origin(host, from)).await;
+            assert_eq!(resp.status, 200, "{proto:?} {host} {from}");
+            assert!(
+                resp.headers.get("access-control-allow-origin").is_none(),
+                "{proto:?} {host} {from}: {:?}",
+                resp.headers
+            );
+        }
+    }
+}

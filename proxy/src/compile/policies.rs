@@ -167,6 +167,9 @@ impl<'a> Policies<'a> {
                     let mut policy = nginx
                         .policy_with_tls(&name, table, tls, &paths, &mut problems)
                         .map(|p| owned_cookie_domain(p, ingress, &mut problems));
+                    if let Some(cors) = policy.as_mut().and_then(|p| p.cors.as_mut()) {
+                        cors_origins(all, &nginx, cors, &mut problems);
+                    }
                     if let Some(wanted) = nginx.custom_errors() {
                         let page = ErrorPageOwner {
                             meta,
@@ -498,6 +501,61 @@ fn owned_cookie_domain(
 }
 
 /// The distinct paths of an Ingress's rules (a cookie's default scope).
+/// Dropped entries of `cors-allow-origin` named one by one, at most.
+const MAX_DROPPED_ORIGINS_NAMED: usize = 8;
+
+/// `cors-allow-origin` with entries that are no origin: as ingress-nginx,
+/// the others are served and each dropped one is reported; with none an
+/// origin (a value the reader refused, reported), no origin is allowed,
+/// never ingress-nginx's `*` (fail closed). Only an operator's Ingress
+/// gets here with none: a tenant's is refused at admission.
+fn cors_origins(
+    all: Option<&std::collections::BTreeMap<String, String>>,
+    nginx: &NginxAnnotations,
+    cors: &mut crate::compile::traffic::Cors,
+    problems: &mut Vec<String>,
+) {
+    use teapot_api::annotations::AnnotationValue;
+    const KEY: &str = "nginx.ingress.kubernetes.io/cors-allow-origin";
+    let Some(value) = all.and_then(|a| a.get(KEY)) else {
+        return;
+    };
+    let kept = match nginx.get("cors-allow-origin") {
+        Some(AnnotationValue::List(kept)) => kept,
+        _ => {
+            cors.origins = Some(Vec::new());
+            problems.push(format!(
+                "{KEY}: no entry is an origin, so no origin is allowed (ingress-nginx would allow every one)"
+            ));
+            return;
+        }
+    };
+    if kept.iter().any(|o| o == "*") {
+        return;
+    }
+    let dropped: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|o| !o.is_empty() && !kept.iter().any(|k| k.eq_ignore_ascii_case(o)))
+        .collect();
+    if dropped.is_empty() {
+        return;
+    }
+    let named: Vec<String> = dropped
+        .iter()
+        .take(MAX_DROPPED_ORIGINS_NAMED)
+        .map(|o| teapot_api::quote::quote(o))
+        .collect();
+    let more = match dropped.len().saturating_sub(MAX_DROPPED_ORIGINS_NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    problems.push(format!(
+        "{KEY}: entries that are no origin (scheme://host[:port]) are dropped, the others served: {}{more}",
+        named.join(", ")
+    ));
+}
+
 fn rule_paths(ingress: &Ingress) -> Vec<String> {
     let mut paths: Vec<String> = ingress
         .spec
@@ -1017,5 +1075,61 @@ ports: [{{name: '', port: 9090}}]
             .map(|c| c.message.clone())
             .collect();
         assert!(messages.contains("auth-url"), "{messages}");
+    }
+
+    /// `cors-allow-origin` with entries that are no origin: the others are
+    /// served (ingress-nginx's e2e case "single origin for multiple cors
+    /// values") and each dropped one is reported; with none an origin, no
+    /// origin is allowed, never every one.
+    #[test]
+    fn cors_origins_that_are_no_origin_are_dropped_never_widened() {
+        let cors = |origins: &str| {
+            let admin = admin_ingress(&format!(
+                "    nginx.ingress.kubernetes.io/enable-cors: 'true'\n    nginx.ingress.kubernetes.io/cors-allow-origin: '{origins}'\n"
+            ));
+            let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
+            let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+            let cors = route.traffic().unwrap().cors.clone().expect("CORS");
+            let report = snapshot.report.ingresses.iter().find(|r| r.name == "admin");
+            let condition = report
+                .unwrap()
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "AnnotationsAccepted")
+                .map(|c| (c.status.to_string(), c.message.clone()));
+            (cors, condition)
+        };
+        let (some, condition) =
+            cors("origin.cors.com:8080, https://origin2.cors.com, https://origin.com");
+        let allowed = |cors: &crate::compile::traffic::Cors, origin: &str| {
+            cors.fields(Some(origin.as_bytes())).is_some()
+        };
+        assert!(allowed(&some, "https://origin2.cors.com"));
+        assert!(allowed(&some, "https://origin.com"));
+        assert!(!allowed(&some, "origin.cors.com:8080"));
+        assert!(!allowed(&some, "https://elsewhere.example"));
+        let (status, message) = condition.expect("reported");
+        assert_eq!(status, "False");
+        assert!(
+            message.contains("cors-allow-origin: entries that are no origin")
+                && message.contains("\"origin.cors.com:8080\""),
+            "{message}"
+        );
+
+        let (none, condition) = cors("origin.cors.com:8080, https://$host");
+        assert_eq!(none.origins, Some(Vec::new()));
+        assert!(!allowed(&none, "https://a.example"));
+        assert!(!allowed(&none, "origin.cors.com:8080"));
+        let (_, message) = condition.expect("reported");
+        assert!(message.contains("no origin is allowed"), "{message}");
+
+        let (all, condition) = cors("*");
+        assert!(allowed(&all, "https://any.example"));
+        assert_eq!(condition, None);
+        // Many dropped entries are named up to a bound.
+        let many: Vec<String> = (0..40).map(|i| format!("bad{i}")).collect();
+        let (_, condition) = cors(&format!("https://ok.example, {}", many.join(", ")));
+        let (_, message) = condition.expect("reported");
+        assert!(message.ends_with(" and 32 more"), "{message}");
     }
 }
