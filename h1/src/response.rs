@@ -179,16 +179,45 @@ pub(crate) fn parse_head<'h, 'b>(
     raw: &'b [u8],
     slots: &'h mut [MaybeUninit<httparse::Header<'b>>],
 ) -> Result<httparse::Response<'h, 'b>, ()> {
-    if memchr::memchr_iter(b'\n', raw).any(|lf| lf == 0 || raw[lf - 1] != b'\r') {
-        return Err(());
-    }
     let mut resp = httparse::Response::new(&mut []);
-    match httparse::ParserConfig::default()
+    let parsed = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut resp, raw, slots)
     {
-        Ok(httparse::Status::Complete(_)) => Ok(resp),
-        _ => Err(()),
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => return Err(()),
+    };
+    // Where each line ends, from what httparse parsed (its default
+    // configuration: no folding, no LF inside a line):
+    // a field's line starts right after the line before it ends, and the
+    // blank line ends the head. So each field's start and the head's end
+    // are checked, not every byte for an LF, which was a quarter of the
+    // head's parse. The slices are `raw`'s; positions are compared by
+    // address, any other would fail the check.
+    let head = &raw[..parsed];
+    let base = raw.as_ptr().addr();
+    let after_crlf =
+        |at: usize| at.checked_sub(2).and_then(|from| head.get(from..at)) == Some(b"\r\n");
+    // The empty lines httparse skips before the status line (none after
+    // `response_head_len`) must be CRLFs too.
+    let empty = raw
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(raw.len());
+    if !head.ends_with(b"\r\n\r\n")
+        || !raw[..empty].chunks(2).all(|line| line == b"\r\n")
+        || !resp
+            .headers
+            .iter()
+            .all(|h| after_crlf(h.name.as_ptr().addr().wrapping_sub(base)))
+        // Bytes past the blank line (none: the head is cut there), one LF
+        // at a time.
+        || (parsed < raw.len()
+            && memchr::memchr_iter(b'\n', &raw[parsed..])
+                .any(|lf| raw[..parsed + lf].last() != Some(&b'\r')))
+    {
+        return Err(());
     }
+    Ok(resp)
 }
 
 #[cfg(test)]
@@ -253,6 +282,64 @@ mod tests {
             [("A".into(), b"1".to_vec()), ("B".into(), b"2".to_vec())]
         );
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", false, |_, _| false).is_err());
+    }
+
+    /// The head check by counts refuses exactly what a search for an LF
+    /// without its CR before the parse did: every byte that matters at
+    /// every position of a head, put in or replacing the one there.
+    #[test]
+    fn bare_line_feeds_are_refused_as_by_a_search() {
+        fn reference(raw: &[u8]) -> bool {
+            if memchr::memchr_iter(b'\n', raw).any(|lf| lf == 0 || raw[lf - 1] != b'\r') {
+                return false;
+            }
+            let mut slots = header_slots();
+            let mut resp = httparse::Response::new(&mut []);
+            matches!(
+                httparse::ParserConfig::default()
+                    .parse_response_with_uninit_headers(&mut resp, raw, &mut slots),
+                Ok(httparse::Status::Complete(_))
+            )
+        }
+        let bytes = [b'\r', b'\n', b' ', b'\t', b':', b'x', b'0', 0x80, 0, 0x7f];
+        let mut accepted = 0;
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nA: b\r\nC:d \r\nE:\r\n\r\n"[..],
+            b"HTTP/1.1 204\r\n\r\n",
+            b"HTTP/1.0 200 \r\nX: \t\r\n\r\n",
+            b"\r\nHTTP/1.1 200 OK\r\nA:  \r\nB: c\r\nD: e f\r\n\r\n",
+            b"\r\n\r\nHTTP/1.1 200\r\n\r\n",
+        ] {
+            for at in 0..=head.len() {
+                for &b in &bytes {
+                    for replace in [false, true] {
+                        if replace && at == head.len() {
+                            continue;
+                        }
+                        let mut raw = head.to_vec();
+                        if replace {
+                            raw[at] = b;
+                        } else {
+                            raw.insert(at, b);
+                        }
+                        // Each with the bytes after it too (a head cut at
+                        // its first blank line has none).
+                        for raw in [raw.clone(), [raw.as_slice(), b"\n"].concat()] {
+                            let mut slots = header_slots();
+                            let ours = parse_head(&raw, &mut slots).is_ok();
+                            assert_eq!(
+                                ours,
+                                reference(&raw),
+                                "{:?}",
+                                raw.escape_ascii().to_string()
+                            );
+                            accepted += usize::from(ours);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(accepted > 100, "{accepted}");
     }
 
     #[test]
