@@ -507,8 +507,10 @@ const MAX_DROPPED_ORIGINS_NAMED: usize = 8;
 /// `cors-allow-origin` with entries that are no origin: as ingress-nginx,
 /// the others are served and each dropped one is reported; with none an
 /// origin (a value the reader refused, reported), no origin is allowed,
-/// never ingress-nginx's `*` (fail closed). Only an operator's Ingress
-/// gets here with none: a tenant's is refused at admission.
+/// never ingress-nginx's `*` (fail closed). The same when
+/// `cors-allow-credentials`, `-methods` or `-headers` cannot be read.
+/// Only an operator's Ingress gets here with a value it cannot read: a
+/// tenant's is refused at admission.
 fn cors_origins(
     all: Option<&std::collections::BTreeMap<String, String>>,
     nginx: &NginxAnnotations,
@@ -517,6 +519,23 @@ fn cors_origins(
 ) {
     use teapot_api::annotations::AnnotationValue;
     const KEY: &str = "nginx.ingress.kubernetes.io/cors-allow-origin";
+    // What ingress-nginx falls back to for these is wider than what was
+    // written (credentials allowed, every method): unreadable (reported
+    // by the reader), the CORS setting grants nothing.
+    for name in [
+        "cors-allow-credentials",
+        "cors-allow-methods",
+        "cors-allow-headers",
+    ] {
+        let key = format!("{}{name}", teapot_api::annotations::NGINX_PREFIX);
+        if all.is_some_and(|a| a.contains_key(&key)) && nginx.get(name).is_none() {
+            cors.origins = Some(Vec::new());
+            problems.push(format!(
+                "{key} could not be read, so no origin is allowed (ingress-nginx would fall back to its default)"
+            ));
+            return;
+        }
+    }
     let Some(value) = all.and_then(|a| a.get(KEY)) else {
         return;
     };
@@ -1126,6 +1145,20 @@ ports: [{{name: '', port: 9090}}]
         let (all, condition) = cors("*");
         assert!(allowed(&all, "https://any.example"));
         assert_eq!(condition, None);
+        // A credentials flag or a method list that cannot be read grants
+        // nothing (their defaults are wider).
+        for extra in [
+            "    nginx.ingress.kubernetes.io/cors-allow-credentials: 'yes'\n",
+            "    nginx.ingress.kubernetes.io/cors-allow-methods: 'GET; PUT'\n",
+        ] {
+            let admin = admin_ingress(&format!(
+                "    nginx.ingress.kubernetes.io/enable-cors: 'true'\n{extra}"
+            ));
+            let snapshot = compile_test_docs(&[OPS.to_string(), admin], &CompileOptions::default());
+            let route = snapshot.routes.lookup("admin.example", "/").unwrap();
+            let cors = route.traffic().unwrap().cors.clone().expect("CORS");
+            assert!(!allowed(&cors, "https://any.example"), "{extra}");
+        }
         // Many dropped entries are named up to a bound.
         let many: Vec<String> = (0..40).map(|i| format!("bad{i}")).collect();
         let (_, condition) = cors(&format!("https://ok.example, {}", many.join(", ")));
