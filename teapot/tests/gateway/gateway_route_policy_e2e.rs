@@ -4,9 +4,9 @@
 //! HTTP/1.1 and cleartext HTTP/2 (the one request pipeline an Ingress's
 //! ingress-nginx annotations are answered by).
 //!
-//! Run with `cargo test -p teapot --test gateway_route_policy_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_route_policy_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -4,9 +4,9 @@
 //! cleartext HTTP/2 (the one request pipeline), and with `curl` as the
 //! browser-side CORS client.
 //!
-//! Run with `cargo test -p teapot --test gateway_policy_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_policy_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -6,9 +6,9 @@
 //! Gateway is programmed and served on the usable one alone, which its
 //! status lists. As upstream's GatewayStaticAddresses asks.
 //!
-//! Run with `cargo test -p teapot --test gateway_static_addresses_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_static_addresses_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -4,9 +4,9 @@
 //! port (told apart by SNI) and a Terminate listener whose backend is
 //! under a BackendTLSPolicy, TLSRoutes to backends on loopback.
 //!
-//! Run with `cargo test -p teapot --test gateway_tls_terminate_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_tls_terminate_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};

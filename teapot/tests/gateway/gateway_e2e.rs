@@ -6,7 +6,7 @@
 //! HTTP/2 (teapot's HTTP/2 server, over the same request pipeline as
 //! HTTP/1, crate::plane::pipeline); a hot reload; `/status` conditions.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -5,9 +5,9 @@
 //! small HTTP server here) before forwarding, over HTTP/1.1 and cleartext
 //! HTTP/2.
 //!
-//! Run with `cargo test -p teapot --test gateway_session_auth_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_session_auth_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

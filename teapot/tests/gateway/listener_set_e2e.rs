@@ -9,7 +9,7 @@
 //! Tenant endpoints may never be loopback: the tenant's backend listens on
 //! this machine's interface address, which its Tenant's nodeCIDRs hold.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -7,9 +7,9 @@
 //! address, so the test finds free ports first (as `l4_e2e` does for
 //! Services; docs/l4.md, "Tests and the port decision").
 //!
-//! Run with `cargo test -p teapot --test gateway_l4_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_l4_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;

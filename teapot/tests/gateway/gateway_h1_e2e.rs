@@ -5,7 +5,7 @@
 //! by the mirror backend, a request timeout answered 504, and a route of
 //! the HTTPS listener only, served on TLS and not on plain HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

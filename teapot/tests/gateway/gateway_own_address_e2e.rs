@@ -6,9 +6,9 @@
 //! Gateway and port it came in on, and the shared listeners never reach
 //! them.
 //!
-//! Run with `cargo test -p teapot --test gateway_own_address_e2e`.
+//! Run with `cargo test -p teapot --test gateway gateway_own_address_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 
