@@ -7,7 +7,7 @@
 //! is not the one its connection's SNI was checked under is refused (421)
 //! both ways; a client's own `ssl-client-*` fields never reach a backend.
 
-mod common;
+use crate::common;
 
 use common::client_cert::{ClientIdentity, Version, get};
 use common::*;

@@ -5,9 +5,9 @@
 //! request whose key is empty is always asked about; a key teapot cannot
 //! read leaves every request asked about.
 //!
-//! Run with `cargo test -p teapot --test auth_cache_e2e`.
+//! Run with `cargo test -p teapot --test auth auth_cache_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::auth_service::AuthService;
 use common::*;

@@ -18,9 +18,9 @@
 //! - a RouteTrafficPolicy's `basicAuth` asks the same of an HTTPRoute rule,
 //!   and one whose Secret is missing answers 503 and says why.
 //!
-//! Run with `cargo test -p teapot --test basic_auth_e2e`.
+//! Run with `cargo test -p teapot --test auth basic_auth_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -4,9 +4,9 @@
 //! server here) and echo backends, over HTTP/1.1 (plain) and HTTP/2 (TLS,
 //! ALPN h2).
 //!
-//! Run with `cargo test -p teapot --test external_auth_e2e`.
+//! Run with `cargo test -p teapot --test auth external_auth_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;

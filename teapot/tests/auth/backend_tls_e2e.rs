@@ -18,7 +18,7 @@
 //!   and the Gateway's `spec.tls.backend.clientCertificateRef` presented to
 //!   a backend that requires a client certificate.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -7,9 +7,9 @@
 //! Gateway's listener at that port says, on HTTP/1.1 and HTTP/2, never
 //! what another socket's Gateway says for the same name.
 //!
-//! Run with `cargo test -p teapot --test client_cert_own_address_e2e`.
+//! Run with `cargo test -p teapot --test auth client_cert_own_address_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -5,7 +5,7 @@
 //! to the error page, 403 for a subject `auth-tls-match-cn` refuses, the
 //! certificate passed to the backend when asked).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

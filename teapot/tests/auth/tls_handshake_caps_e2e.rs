@@ -15,7 +15,7 @@
 //!   time hold the client's slots from accept and are cut at the deadline,
 //!   while another client is served on the same socket.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -12,9 +12,9 @@
 //!
 //! Every client here is 127.0.0.1.
 //!
-//! Run with `cargo test -p teapot --test satisfy_e2e`.
+//! Run with `cargo test -p teapot --test auth satisfy_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::auth_service::AuthService;
 use common::*;
