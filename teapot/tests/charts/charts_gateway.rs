@@ -21,7 +21,7 @@ use teapot_api::annotations::ObjectKind;
 use teapot_api::gateway_api::GatewayClass;
 use teapot_api::names::{GATEWAY_CLASS, GATEWAY_CONTROLLER_NAME};
 
-mod chart_tools;
+use crate::chart_tools;
 use chart_tools::{assert_rules_commented, helm, of_kind, repo, strs};
 
 const GROUP: &str = "gateway.networking.k8s.io";

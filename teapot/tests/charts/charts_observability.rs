@@ -20,7 +20,7 @@ use std::process::Command;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::{Value, json};
 
-mod chart_tools;
+use crate::chart_tools;
 use chart_tools::{NS, helm, repo};
 
 const ALERTS: [&str; 10] = [

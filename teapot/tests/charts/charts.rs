@@ -37,7 +37,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-mod chart_tools;
+use crate::chart_tools;
 use chart_tools::{
     NS, assert_rules_commented, chart, ci_values, helm, of_kind, repo, strs, try_render,
 };
