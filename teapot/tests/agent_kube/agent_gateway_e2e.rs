@@ -11,9 +11,9 @@
 //! echo backend on this machine's non-loopback address (tenant endpoints
 //! may not be loopback) and writing their status.
 //!
-//! Run: `cargo test -p teapot --test agent_gateway_e2e`.
+//! Run: `cargo test -p teapot --test agent_kube agent_gateway_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::agent::{
     Agent, DOMAIN, LB_NS, NS, echo_on, lb_cluster, tenant_cluster, web_service, web_slice,

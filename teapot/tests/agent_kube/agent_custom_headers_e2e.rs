@@ -12,9 +12,9 @@
 //! Addresses as in agent_e2e.rs: the echo listens on this machine's
 //! non-loopback address, the tenant node's InternalIP.
 //!
-//! Run: `cargo test -p teapot --test agent_custom_headers_e2e`.
+//! Run: `cargo test -p teapot --test agent_kube agent_custom_headers_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::agent::{
     Agent, DOMAIN, LB_NS, NS, echo_on, lb_cluster, tenant_cluster, tenant_ingress, web_service,

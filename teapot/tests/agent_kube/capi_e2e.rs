@@ -14,9 +14,9 @@
 //! delete to its endpoint leaving the slice and the proxy's table are
 //! printed (`--nocapture`) for docs/capi.md.
 //!
-//! Run: `cargo test -p teapot --test capi_e2e -- --nocapture`.
+//! Run: `cargo test -p teapot --test agent_kube capi_e2e:: -- --nocapture`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

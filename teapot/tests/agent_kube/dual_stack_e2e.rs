@@ -20,9 +20,9 @@
 //! across families for L4: a TCP/UDP Service on `[::1]` to IPv4 backends
 //! and one on 127.0.0.1 to IPv6 backends.
 //!
-//! Run: `cargo test -p teapot --test dual_stack_e2e`.
+//! Run: `cargo test -p teapot --test agent_kube dual_stack_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;

@@ -10,10 +10,10 @@
 //! as a /32; the tenant "node" has that address as its InternalIP, and the
 //! Service's NodePort is the echo's port (nodeport mode).
 //!
-//! Run: `cargo test -p teapot --test agent_e2e`. The `#[ignore = "needs
+//! Run: `cargo test -p teapot --test agent_kube agent_e2e::`. The `#[ignore = "needs
 //! cluster"]` test runs the agent against two real clusters (docs/agent.md).
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -2,11 +2,11 @@
 //! in-process API double ([`teapot_testkit::apiserver`]) through the
 //! kubeconfig file the double writes, and serves real echo backends.
 //!
-//! Run: `cargo test -p teapot --test kube_e2e`. The `#[ignore = "needs
+//! Run: `cargo test -p teapot --test agent_kube kube_e2e::`. The `#[ignore = "needs
 //! cluster"]` test runs the same flow against the cluster `KUBECONFIG`
 //! names (docs/kube.md has the kind/k3d recipe).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

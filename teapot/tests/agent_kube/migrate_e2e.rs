@@ -2,7 +2,7 @@
 //! binary on Ingress files written for ingress-nginx, and on the Ingresses
 //! of a cluster (the in-process API double behind a kubeconfig).
 //!
-//! Run: `cargo test -p teapot --test migrate_e2e`.
+//! Run: `cargo test -p teapot --test agent_kube migrate_e2e::`.
 
 use std::process::{Command, Output};
 
