@@ -7,7 +7,7 @@
 //! a time trade-off, not a cost per endpoint). RSS is read from
 //! `/proc/PID/status`; nothing here depends on timing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

@@ -12,7 +12,7 @@
 //! - exact hosts under wildcard routes do not copy the wildcards' rules:
 //!   the table's size (`/status` `tables`) is what the routes wrote.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 //! would see one request where a proxy ending the line at the CRLF sees
 //! two, the second for another tenant's host.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -8,7 +8,7 @@
 //! before its request ends, trailers both ways, CONNECT refused, and a
 //! connection the backend closed replaced without failing a call.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@
 //! burst see some 502s; here the client holds its body back until the
 //! answer's head has reached it, so the race is lost every time.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -3,9 +3,9 @@
 //! fast one, over HTTP/1.1 and HTTP/2. Round-robin (the default) would
 //! send half to each.
 //!
-//! Run with `cargo test -p teapot --test load_balance_e2e`.
+//! Run with `cargo test -p teapot --test http load_balance_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

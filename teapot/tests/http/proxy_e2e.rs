@@ -2,10 +2,10 @@
 //! directory, starts the real binary on 127.0.0.1 port 0 and talks to it
 //! (and to real echo backends) over real sockets.
 //!
-//! Run with `cargo test -p teapot --test proxy_e2e -- --nocapture` to see the
+//! Run with `cargo test -p teapot --test http proxy_e2e:: -- --nocapture` to see the
 //! hot-reload counts.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

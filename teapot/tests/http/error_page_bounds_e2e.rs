@@ -4,9 +4,9 @@
 //! window against a route whose error backend serves a large page, and a
 //! tenant over its rate or in-flight bound on a route without endpoints.
 //!
-//! Run with `cargo test -p teapot --test error_page_bounds_e2e`.
+//! Run with `cargo test -p teapot --test http error_page_bounds_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

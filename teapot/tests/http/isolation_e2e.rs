@@ -7,9 +7,9 @@
 //! `loops::acme::issuer`, DNS proofs in `loops::proof`, memory quotas in
 //! `teapot_model::tenancy`, custom-domain claims in `compile`.
 //!
-//! Run with `cargo test -p teapot --test isolation_e2e`.
+//! Run with `cargo test -p teapot --test http isolation_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -5,7 +5,7 @@
 //! is started here with its stderr read by the test (the harness lets it
 //! through to the terminal).
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

@@ -10,9 +10,9 @@
 //! Tenant endpoints may never be loopback, so tenant backends listen on
 //! this machine's interface addresses (as in edge_e2e's fairness test).
 //!
-//! Run with `cargo test -p teapot --test observe_e2e`.
+//! Run with `cargo test -p teapot --test http observe_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -5,9 +5,9 @@
 //! `defaultbackend/with_hosts.go`), even where an older Ingress holds the
 //! fleet's default backend, which still answers every other host.
 //!
-//! Run with `cargo test -p teapot --test host_default_backend_e2e`.
+//! Run with `cargo test -p teapot --test http host_default_backend_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -4,9 +4,9 @@
 //! route's backend and as the error backend (which answers with what it
 //! was asked), over HTTP/1.1 (plain) and HTTP/2 (TLS, ALPN h2).
 //!
-//! Run with `cargo test -p teapot --test custom_errors_e2e`.
+//! Run with `cargo test -p teapot --test http custom_errors_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 //! port without any flag (`--no-h2c` turns it off), its first bytes
 //! bounded by the header timeout.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -6,9 +6,9 @@
 //! `permanent-redirect`; through the real `teapot proxy` binary and echo
 //! backends, over HTTP/1.1 and HTTP/2 (cleartext with `--h2c`, and TLS).
 //!
-//! Run with `cargo test -p teapot --test ingress_nginx_routing_e2e`.
+//! Run with `cargo test -p teapot --test http ingress_nginx_routing_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -14,9 +14,9 @@
 //! - a hostile value (two words, a `$` variable) is reported on the
 //!   Ingress's AnnotationsAccepted and rewrites nothing.
 //!
-//! Run with `cargo test -p teapot --test response_rewrite_e2e`.
+//! Run with `cargo test -p teapot --test http response_rewrite_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

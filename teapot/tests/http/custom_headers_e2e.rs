@@ -13,9 +13,9 @@
 //!   location), nothing forwarded, and the Ingress's AnnotationsAccepted
 //!   names the ConfigMap and the entry at fault.
 //!
-//! Run with `cargo test -p teapot --test custom_headers_e2e`.
+//! Run with `cargo test -p teapot --test http custom_headers_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! the backend gets the path that was matched, the query as sent; and
 //! Gateway rewrites and redirects work on the normalised path.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! Over either, the client gets 502, the backend's stream (or connection)
 //! is reset, and the proxy goes on serving.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
