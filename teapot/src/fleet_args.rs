@@ -62,7 +62,7 @@ impl FleetArgs {
                     service: service.clone(),
                     default_port: self.fleet_listen.port(),
                     own_pod: own_pod(),
-                    own_addrs: self.own_addrs(),
+                    own_addrs: own_addrs(),
                 };
                 FleetConfig::discovered(self.fleet_listen, discovery, &key)
                     .map_err(|e| anyhow::anyhow!("--fleet-service/--fleet-key-file: {e}"))?
@@ -77,27 +77,24 @@ impl FleetArgs {
     pub(crate) fn status_code(&self) -> u16 {
         self.global_rate_limit_status_code
     }
+}
 
-    /// This replica's addresses as its Service's slices list them: the
-    /// Pod's (the chart's `POD_IPS` and `POD_IP`, from the downward API)
-    /// and a `--fleet-listen` address that is not 0.0.0.0 or [::].
-    fn own_addrs(&self) -> Vec<IpAddr> {
-        let from_env = ["POD_IPS", "POD_IP"]
-            .into_iter()
-            .filter_map(|v| std::env::var(v).ok())
-            .flat_map(|v| {
-                v.split(',')
-                    .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-                    .collect::<Vec<_>>()
-            });
-        let listen = self.fleet_listen.ip();
-        let mut own: Vec<IpAddr> = from_env
-            .chain((!listen.is_unspecified()).then_some(listen))
-            .collect();
-        own.sort_unstable();
-        own.dedup();
-        own
-    }
+/// This replica's addresses as its Service's slices list them: the Pod's
+/// (the chart's `POD_IPS` and `POD_IP`, from the downward API). The
+/// exchange also skips its own socket address whatever the slices say.
+fn own_addrs() -> Vec<IpAddr> {
+    let mut own: Vec<IpAddr> = ["POD_IPS", "POD_IP"]
+        .into_iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .flat_map(|v| {
+            v.split(',')
+                .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    own.sort_unstable();
+    own.dedup();
+    own
 }
 
 /// This replica's Pod (`POD_NAME`, else `HOSTNAME`), whose endpoint in

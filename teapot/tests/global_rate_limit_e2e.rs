@@ -15,6 +15,9 @@
 //!   a key and ignored networks added) is served on both protocols.
 //! - `--global-rate-limit-status-code` answers the operator's status past
 //!   the limit.
+//! - in kube mode (`--fleet-service`) two replicas find each other in the
+//!   fleet Service's EndpointSlices on the API double and share one limit;
+//!   one whose endpoint goes not ready is no longer heard.
 //!
 //! Run with `cargo test -p teapot --test global_rate_limit_e2e`.
 
@@ -447,5 +450,144 @@ async fn the_refusal_status_is_the_operators() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("global-rate-limit-status-code"), "{stderr}");
+    drop(backend);
+}
+
+/// A metric of a replica started as a process (0 when absent).
+async fn scrape(p: &teapot_testkit::process::ProxyProcess, name: &str) -> f64 {
+    let (_, text) = p.admin_get("/metrics").await.unwrap();
+    metric(&text, name).unwrap_or(0.0)
+}
+
+/// Kube mode (`--fleet-service`): two replicas watching the API double
+/// find each other in the fleet Service's EndpointSlices (each its own
+/// slice, port `fleet`, its own address skipped) and share one limit over
+/// HTTP/1.1 and HTTP/2; once b's endpoint is not ready, a drops b's
+/// datagrams unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_replicas_find_each_other_by_the_fleet_service() {
+    use teapot_testkit::apiserver::ApiServer;
+    use teapot_testkit::process::ProxyProcess;
+    const FLEET_NS: &str = "teapot-system";
+    const FLEET: &str = "teapot-proxy-fleet";
+    const HOST: &str = "fleet.test";
+
+    let api = ApiServer::start().await;
+    let backend = echo(NS, "web", "web-0").await;
+    for object in echo_service(NS, "web", &[&backend]) {
+        api.apply(object);
+    }
+    api.apply(annotated(
+        NS,
+        HOST,
+        "web",
+        &[
+            ("global-rate-limit", "4"),
+            ("global-rate-limit-window", "1h"),
+        ],
+    ));
+    let (fa, fb) = (free_udp(), free_udp());
+    let fleet_slice = |name: &str, port: u16, ready: bool| {
+        slice(
+            FLEET_NS,
+            name,
+            FLEET,
+            &[(Some("fleet"), port)],
+            &[("127.0.0.1", ready)],
+        )
+    };
+    api.apply(fleet_slice("fleet-a", fa.port(), true));
+    api.apply(fleet_slice("fleet-b", fb.port(), true));
+    let key_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(key_file.path(), KEY).unwrap();
+    let key_path = key_file.path().to_str().unwrap().to_string();
+    let start = |listen: SocketAddr, pod: &'static str| {
+        let key_path = key_path.clone();
+        let kubeconfig = api.kubeconfig_path().to_path_buf();
+        async move {
+            let listen = listen.to_string();
+            let service = format!("{FLEET_NS}/{FLEET}");
+            let args = [
+                "--fleet-service",
+                &service,
+                "--fleet-listen",
+                &listen,
+                "--fleet-key-file",
+                &key_path,
+            ];
+            ProxyProcess::start_kube_with_env(
+                &teapot_bin(),
+                &kubeconfig,
+                &args,
+                &[("POD_NAME", pod)],
+            )
+            .await
+            .expect("replica starts")
+        }
+    };
+    let a = start(fa, "proxy-a").await;
+    let b = start(fb, "proxy-b").await;
+    const RECEIVED: &str = "teapot_global_rate_records_received_total";
+    let ask = |p: &ProxyProcess, proto: Proto| {
+        let addr = p.http;
+        async move {
+            let req = Request::get(HOST, "/").proto(proto);
+            send(addr, &Transport::Plain, &req).await.status
+        }
+    };
+    // Four in total over both, each request after the other replica
+    // merged the one before it.
+    let mut codes = Vec::new();
+    for i in 0..8 {
+        let (here, there) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let proto = if i % 4 < 2 {
+            Proto::Http1
+        } else {
+            Proto::Http2
+        };
+        let before = scrape(there, RECEIVED).await;
+        let code = ask(here, proto).await;
+        codes.push(code);
+        if code == 200 {
+            eventually("the count merged", Duration::from_secs(10), || async {
+                let now = scrape(there, RECEIVED).await;
+                if now > before { Ok(()) } else { Err(now) }
+            })
+            .await;
+        }
+    }
+    assert_eq!(codes, [[200; 4], [429; 4]].concat());
+    assert_eq!(
+        scrape(&a, "teapot_global_rate_peers_alive").await,
+        1.0,
+        "b heard"
+    );
+    // b goes not ready: a's peers no longer hold it.
+    api.apply(fleet_slice("fleet-b", fb.port(), false));
+    const REFUSED: &str = "teapot_global_rate_datagrams_refused_total";
+    api.apply(annotated(
+        NS,
+        HOST,
+        "web",
+        &[
+            ("global-rate-limit", "100"),
+            ("global-rate-limit-window", "1h"),
+        ],
+    ));
+    eventually(
+        "b's datagrams refused by a",
+        Duration::from_secs(20),
+        || async {
+            // Each admitted request on b sends its count to a.
+            let code = ask(&b, Proto::Http1).await;
+            let refused = scrape(&a, REFUSED).await;
+            if refused > 0.0 {
+                Ok(())
+            } else {
+                Err((code, refused))
+            }
+        },
+    )
+    .await;
     drop(backend);
 }

@@ -123,11 +123,12 @@ pub fn read<'v>(
 }
 
 /// What an Ingress with a global rate limit is told when the fleet runs
-/// without `--fleet-peers`: each replica enforces the whole limit alone.
+/// without `--fleet-peers` or `--fleet-service`: each replica enforces the
+/// whole limit alone.
 pub fn alone_notice(counts: &GlobalCounts) -> Option<String> {
     (!counts.is_fleet()).then(|| {
         format!(
-            "{NGINX_PREFIX}global-rate-limit: the fleet runs without --fleet-peers, so each replica enforces the whole limit alone"
+            "{NGINX_PREFIX}global-rate-limit: the fleet runs without --fleet-peers or --fleet-service, so each replica enforces the whole limit alone"
         )
     })
 }

@@ -43,8 +43,8 @@ pub struct Discovery {
     /// This replica's Pod (`POD_NAME`): its endpoint is left out by its
     /// `targetRef`, whatever its addresses.
     pub own_pod: Option<String>,
-    /// This replica's own addresses (`POD_IP`, a `--fleet-listen` address
-    /// that is not 0.0.0.0): left out too.
+    /// This replica's own addresses (`POD_IP`, `POD_IPS`): left out too
+    /// (the exchange also skips its own socket address).
     pub own_addrs: Vec<IpAddr>,
 }
 
