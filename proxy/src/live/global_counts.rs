@@ -467,6 +467,36 @@ impl GlobalCounts {
         out
     }
 
+    /// Marks every count of this replica in a current window as changed,
+    /// so the next exchange sends them all: a peer that just joined the
+    /// set (a replaced replica) learns the fleet's counts without waiting
+    /// for each key's next request. Once per change of the peers.
+    pub fn resend_all(&self) {
+        let routes: Vec<Arc<RouteCounts>> = self
+            .routes
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut any = false;
+        for route in routes {
+            let mut keys = route.keys.lock();
+            let mut dirty = false;
+            for entry in keys.map.values_mut().filter(|e| e.cur.local > 0) {
+                entry.changed = true;
+                dirty = true;
+            }
+            drop(keys);
+            if dirty {
+                route.dirty.store(true, Ordering::Release);
+                any = true;
+            }
+        }
+        if any {
+            self.signal.raise();
+        }
+    }
+
     /// Writes `peer`'s records (already authenticated) into the counts;
     /// returns how many were merged.
     pub fn merge(&self, peer: u16, records: &[Record], now_ms: u64) -> usize {
@@ -797,6 +827,31 @@ mod tests {
         );
         // A record of a window long gone is dropped.
         assert_eq!(b.merge(1, &sent, t0 + 5 * W), 0);
+    }
+
+    /// After a change of peers every count this replica holds is sent
+    /// again, nothing it does not hold.
+    #[test]
+    fn a_new_peer_gets_every_count_again() {
+        let counts = fleet();
+        let t0 = 1_000 * W;
+        let route = counts.route("ns/web", "t", 10, W);
+        let idle = counts.route("ns/idle", "t", 10, W);
+        for key in [1, 2, 2] {
+            route.admit(key, t0).unwrap();
+        }
+        assert_eq!(counts.take_changes(t0).len(), 2);
+        assert!(counts.take_changes(t0).is_empty());
+        counts.resend_all();
+        let mut again = counts.take_changes(t0);
+        again.sort_by_key(|r| r.key);
+        let sent: Vec<(u64, u32)> = again.iter().map(|r| (r.key, r.count)).collect();
+        assert_eq!(sent, [(1, 1), (2, 2)]);
+        assert!(
+            again
+                .iter()
+                .all(|r| r.route == route.id && r.route != idle.id)
+        );
     }
 
     /// A client sending a new key value with every request fills the

@@ -248,11 +248,13 @@ impl Exchange {
     /// Makes `addrs` the peers (this replica's own address left out, at
     /// most [`MAX_PEERS`]): a peer that stays keeps its number and last
     /// sequence; one that leaves is no longer sent to or heard, its
-    /// counts weigh until their windows end.
+    /// counts weigh until their windows end; when one joins, every count
+    /// of this replica is sent again at the next exchange.
     fn set_peers(&mut self, addrs: &[SocketAddr]) {
         let own = self.socket.local_addr().ok();
         let mut old = std::mem::take(&mut self.peers);
         let in_use: HashSet<u16> = old.iter().map(|p| p.id).collect();
+        let mut joined = false;
         for &addr in addrs {
             if Some(addr) == own || self.peers.iter().any(|p| p.addr == addr) {
                 continue;
@@ -274,6 +276,7 @@ impl Exchange {
                         .rev()
                         .find(|(a, _)| *a == addr)
                         .map_or(0, |(_, last)| *last);
+                    joined = true;
                     Peer { addr, id, last }
                 }
             };
@@ -286,6 +289,9 @@ impl Exchange {
                 self.departed.pop_front();
             }
             self.departed.push_back((gone.addr, gone.last));
+        }
+        if joined {
+            self.counts.resend_all();
         }
     }
 
