@@ -20,7 +20,9 @@ pub const TRACEPARENT: &str = "traceparent";
 #[derive(Clone, Copy, Debug)]
 pub enum RequestId<'a> {
     Kept(&'a str),
-    New([u8; 32]),
+    /// 32 hex digits of ID, then 16 of the span id [`traceparent`] starts
+    /// its trace with: both drawn and written at once.
+    New([u8; 48]),
 }
 
 impl RequestId<'_> {
@@ -29,7 +31,7 @@ impl RequestId<'_> {
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             RequestId::Kept(s) => s.as_bytes(),
-            RequestId::New(b) => b,
+            RequestId::New(b) => &b[..32],
         }
     }
 
@@ -37,7 +39,7 @@ impl RequestId<'_> {
         match self {
             RequestId::Kept(s) => s,
             // Only hex digits were written.
-            RequestId::New(b) => std::str::from_utf8(b).unwrap_or_default(),
+            RequestId::New(b) => std::str::from_utf8(&b[..32]).unwrap_or_default(),
         }
     }
 
@@ -105,8 +107,10 @@ pub fn request_id(sent: Option<&[u8]>, trusted: bool) -> RequestId<'_> {
     {
         return RequestId::Kept(s);
     }
-    let mut id = [0u8; 32];
-    hex(&mut id, &random::<16>());
+    // The span id a trace started here needs too, from the same draw:
+    // one visit to the pool per request instead of two.
+    let mut id = [0u8; 48];
+    hex(&mut id, &random::<24>());
     RequestId::New(id)
 }
 
@@ -120,12 +124,19 @@ pub fn traceparent<'a>(sent: Option<&'a [u8]>, id: &RequestId<'_>) -> TraceParen
         return TraceParent::Kept(s);
     }
     let mut tp = *b"00-00000000000000000000000000000000-0000000000000000-00";
-    match id {
-        RequestId::New(b) => tp[3..35].copy_from_slice(b),
-        RequestId::Kept(_) => hex(&mut tp[3..35], &random::<16>()),
-    }
     // A zero span id is invalid; the chance of drawing one is 2^-64.
-    hex(&mut tp[36..52], &random::<8>());
+    match id {
+        RequestId::New(b) => {
+            tp[3..35].copy_from_slice(&b[..32]);
+            tp[36..52].copy_from_slice(&b[32..]);
+        }
+        RequestId::Kept(_) => {
+            let mut ids = [0u8; 48];
+            hex(&mut ids, &random::<24>());
+            tp[3..35].copy_from_slice(&ids[..32]);
+            tp[36..52].copy_from_slice(&ids[32..]);
+        }
+    }
     TraceParent::New(tp)
 }
 
@@ -178,11 +189,23 @@ fn random<const N: usize>() -> [u8; N] {
     })
 }
 
-fn hex(out: &mut [u8], bytes: &[u8]) {
+/// Each byte's two lower-case hex digits.
+const HEX_PAIRS: [[u8; 2]; 256] = {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 15)];
+    let mut t = [[0u8; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = [DIGITS[b >> 4], DIGITS[b & 15]];
+        b += 1;
+    }
+    t
+};
+
+/// `bytes` in lower-case hex: one table read per byte.
+fn hex<const N: usize, const H: usize>(out: &mut [u8; H], bytes: &[u8; N]) {
+    const { assert!(H == 2 * N) };
+    for (pair, &b) in out.as_chunks_mut::<2>().0.iter_mut().zip(bytes) {
+        *pair = HEX_PAIRS[usize::from(b)];
     }
 }
 
@@ -212,6 +235,15 @@ mod tests {
             request_id(None, true).as_str(),
             request_id(None, true).as_str()
         );
+    }
+
+    #[test]
+    fn hex_from_the_table_is_each_bytes_two_lower_case_digits() {
+        let bytes: [u8; 256] = std::array::from_fn(|i| i as u8);
+        let mut out = [0u8; 512];
+        hex(&mut out, &bytes);
+        let formatted: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(std::str::from_utf8(&out).unwrap(), formatted);
     }
 
     #[test]
