@@ -105,7 +105,33 @@ fn check_label(label: &str) -> Result<(), HostError> {
 /// Normalises the authority of a request for lookup: drops a port and a
 /// trailing dot and lowercases into `buf`, without allocating. Returns `None`
 /// when the authority is empty or longer than `buf`.
-pub fn normalize_request_host<'b>(authority: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+pub fn normalize_request_host<'b>(authority: &'b str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+    // Almost every request names its host in lower case without a port or
+    // a trailing dot: nothing to change, so nothing to copy.
+    if let [.., last] = authority.as_bytes()
+        && *last != b'.'
+        && authority.len() <= buf.len()
+        && authority.bytes().all(|b| LOWER_NAME_BYTES[usize::from(b)])
+    {
+        return Some(authority);
+    }
+    normalize_by_copy(authority, buf)
+}
+
+/// Bytes a host already in its normal form may hold: [`NAME_BYTES`] but
+/// upper case (no `:` of a port, no `[` of an IPv6 literal).
+const LOWER_NAME_BYTES: [bool; 256] = {
+    let mut t = NAME_BYTES;
+    let mut b = b'A';
+    while b <= b'Z' {
+        t[b as usize] = false;
+        b += 1;
+    }
+    t
+};
+
+/// [`normalize_request_host`] of any authority, copied into `buf`.
+fn normalize_by_copy<'b>(authority: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
     let host = strip_port(authority);
     let host = host.strip_suffix('.').unwrap_or(host);
     if host.is_empty() || host.len() > buf.len() {
@@ -192,6 +218,68 @@ mod tests {
         assert!(!w.matches("baz.bar.foo.com"));
         assert!(!w.matches("foo.com"));
         assert!(!w.matches(".foo.com"));
+    }
+
+    /// The borrowed answer for a host already normal is the copied one,
+    /// whatever the authority: case, ports, IPv6 literals, dots, bytes
+    /// outside a name, lengths around the buffer's.
+    #[test]
+    fn request_host_without_a_copy_is_the_copied_one() {
+        let mut authorities: Vec<String> = [
+            "",
+            ".",
+            "a",
+            "A",
+            "a.",
+            "a..",
+            "foo.com",
+            "Foo.com",
+            "foo.COM",
+            "foo.com.",
+            "foo.com:",
+            "foo.com:80",
+            "foo.com:8o",
+            ":80",
+            "foo.com.:443",
+            "[::1]",
+            "[::1]:80",
+            "[::1",
+            "[a]b",
+            "a]b",
+            "::1",
+            "1.2.3.4",
+            "1.2.3.4:5",
+            "xn--bcher-kva.example",
+            "b\u{fc}cher.example",
+            "foo_bar.com",
+            "foo%2ecom",
+            "a b",
+            "a\tb",
+            "-a-",
+            "a/b",
+            "foo.com\r\n",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for n in [254, 255, 256, 257, 300] {
+            authorities.push("a".repeat(n));
+            authorities.push(format!("{}.", "a".repeat(n - 1)));
+            authorities.push(format!("{}:1", "a".repeat(n - 2)));
+        }
+        // Every ASCII byte at the start, in the middle and at the end.
+        for b in 0..=127u8 {
+            let c = char::from(b);
+            authorities.extend([format!("{c}ab"), format!("a{c}b"), format!("ab{c}")]);
+        }
+        for authority in &authorities {
+            let (mut fast, mut slow) = ([0u8; 256], [0u8; 256]);
+            assert_eq!(
+                normalize_request_host(authority, &mut fast),
+                normalize_by_copy(authority, &mut slow),
+                "{authority:?}"
+            );
+        }
     }
 
     #[test]

@@ -120,15 +120,25 @@ fn needs_normalizing(path: &str) -> bool {
     if bytes[0] != b'/' {
         return false;
     }
-    let rest = memchr::memchr2_iter(b'.', b'%', &bytes[first + 1..]).map(|i| first + 1 + i);
-    std::iter::once(first).chain(rest).any(|i| match bytes[i] {
+    let changes_at = |i: usize| match bytes[i] {
         // `i > 0`: the path starts with `/`.
         b'.' => {
             bytes[i - 1] == b'/'
                 && matches!(&bytes[i + 1..], [] | [b'/', ..] | [b'.'] | [b'.', b'/', ..])
         }
         _ => escape_at(bytes, i).is_some_and(unreserved),
-    })
+    };
+    if changes_at(first) {
+        return true;
+    }
+    // A plain path has one such byte (`/body.txt`'s dot): a second search
+    // ends it without the iterator's state.
+    let Some(second) = memchr::memchr2(b'.', b'%', &bytes[first + 1..]) else {
+        return false;
+    };
+    let after = first + 1 + second;
+    changes_at(after)
+        || memchr::memchr2_iter(b'.', b'%', &bytes[after + 1..]).any(|i| changes_at(after + 1 + i))
 }
 
 /// The byte of the escape at `bytes[i]` (a `%`), if it is a valid one.
@@ -374,6 +384,54 @@ mod tests {
                 "{path:?} -> {once:?} decodes to {decoded:?}"
             );
         }
+    }
+
+    /// The one scan of every `.` and `%` the early ends in
+    /// [`needs_normalizing`] stand for.
+    fn needs_normalizing_by_every_byte(path: &str) -> bool {
+        let bytes = path.as_bytes();
+        if !bytes.starts_with(b"/") {
+            return false;
+        }
+        memchr::memchr2_iter(b'.', b'%', bytes).any(|i| match bytes[i] {
+            b'.' => {
+                bytes[i - 1] == b'/'
+                    && matches!(&bytes[i + 1..], [] | [b'/', ..] | [b'.'] | [b'.', b'/', ..])
+            }
+            _ => escape_at(bytes, i).is_some_and(unreserved),
+        })
+    }
+
+    /// Every path of up to four pieces (dots, escapes valid and not,
+    /// slashes, letters of either case) with and without a leading `/`:
+    /// the early ends answer as the scan of every byte does.
+    #[test]
+    fn plain_paths_end_early_as_the_whole_scan_would() {
+        const PIECES: [&str; 16] = [
+            "/", ".", "..", "a", "A", "~", "%", "%%", "%2e", "%2E", "%41", "%2F", "%zz", "%2",
+            ".txt", "%7e",
+        ];
+        let mut paths = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..4 {
+            last = last
+                .iter()
+                .flat_map(|p| PIECES.iter().map(move |piece| format!("{p}{piece}")))
+                .collect();
+            paths.extend(last.iter().cloned());
+        }
+        let mut checked = 0;
+        for tail in &paths {
+            for path in [tail.clone(), format!("/{tail}")] {
+                assert_eq!(
+                    needs_normalizing(&path),
+                    needs_normalizing_by_every_byte(&path),
+                    "{path:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 100_000);
     }
 
     #[test]
