@@ -1239,6 +1239,10 @@ where
                 }
             }
         }
+        if held.request > 0 && decoder.is_done() {
+            // Held whole, also when it came with its head: with its length.
+            buffering::dechunk(&mut self.up_out);
+        }
         if plan.length_required
             && !buffering::with_length(&mut self.up_out, held.request > 0 && decoder.is_done())
         {

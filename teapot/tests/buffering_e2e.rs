@@ -68,6 +68,17 @@ impl Log {
     fn events(&self) -> Vec<Event> {
         self.0.lock().unwrap().clone()
     }
+    /// The bodies of the requests whose first line is `line`.
+    fn requests(&self, line: &str) -> Vec<Vec<u8>> {
+        let events = self.0.lock().unwrap();
+        let of = |e: &Event| match e {
+            Event::Request { head, body, .. } if head.lines().next() == Some(line) => {
+                Some(body.clone())
+            }
+            _ => None,
+        };
+        events.iter().filter_map(of).collect()
+    }
     fn has(&self, want: impl Fn(&Event) -> bool) -> bool {
         self.0.lock().unwrap().iter().any(want)
     }
@@ -144,11 +155,19 @@ async fn serve(mut conn: TcpStream, id: usize, log: Log) {
         // it is chunked.
         let close = head.starts_with("get /big?close");
         let chunked = head.starts_with("get /big?chunked");
+        let line = head.lines().next().unwrap_or_default().to_string();
         log.push(Event::Request {
             head,
             body,
             conn: id,
         });
+        // `POST /again/...`: the first try fails.
+        if line.starts_with("post /again/") && log.requests(&line).len() == 1 {
+            let _ = conn
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            continue;
+        }
         if big {
             let close = if close { "connection: close\r\n" } else { "" };
             let (framing, body) = if chunked {
@@ -269,7 +288,7 @@ enum Proto {
 async fn post_in_two(
     h: &Harness,
     proto: Proto,
-    host: &str,
+    (host, path): (&str, &str),
     chunked: bool,
     log: &Log,
     between: impl std::future::Future<Output = ()>,
@@ -282,7 +301,7 @@ async fn post_in_two(
                 true => "transfer-encoding: chunked".to_string(),
                 false => format!("content-length: {}", first.len() + second.len()),
             };
-            let head = format!("POST /up HTTP/1.1\r\nhost: {host}\r\n{framing}\r\n\r\n");
+            let head = format!("POST {path} HTTP/1.1\r\nhost: {host}\r\n{framing}\r\n\r\n");
             conn.write_all(head.as_bytes()).await.unwrap();
             let piece = |b: &[u8]| match chunked {
                 true => [format!("{:x}\r\n", b.len()).as_bytes(), b, b"\r\n"].concat(),
@@ -315,7 +334,7 @@ async fn post_in_two(
             let body = StreamBody::new(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)));
             let mut req = http::Request::builder()
                 .method("POST")
-                .uri(format!("http://{host}/up"));
+                .uri(format!("http://{host}{path}"));
             if !chunked {
                 req = req.header("content-length", first.len() + second.len());
             }
@@ -354,7 +373,7 @@ async fn a_held_request_body_reaches_the_backend_only_when_complete() {
             // Long enough for a streaming proxy to have connected (the
             // off case below sees it do so).
             let pause = tokio::time::sleep(Duration::from_millis(500));
-            let status = post_in_two(&h, proto, "held.test", chunked, &log, pause).await;
+            let status = post_in_two(&h, proto, ("held.test", "/up"), chunked, &log, pause).await;
             assert_eq!(status, 200, "{proto:?} chunked={chunked}");
             let events = log.events();
             let complete = events.iter().position(|e| *e == Event::BodyComplete);
@@ -476,7 +495,7 @@ async fn a_streamed_request_body_reaches_the_backend_at_once() {
         let accepted = log.wait_for("the backend accepts before the body ends", |e| {
             *e == Event::Accepted
         });
-        let status = post_in_two(&h, proto, "streamed.test", false, &log, accepted).await;
+        let status = post_in_two(&h, proto, ("streamed.test", "/up"), false, &log, accepted).await;
         assert_eq!(status, 200, "{proto:?}");
         let events = log.events();
         assert_eq!(events[..2], [Event::Accepted, Event::BodyComplete]);
@@ -726,7 +745,9 @@ async fn a_buffered_answer_gives_its_backend_connection_back_before_the_client_r
 }
 
 /// A RouteTrafficPolicy's `buffering` holds an HTTPRoute's request
-/// bodies the same, on both protocols.
+/// bodies the same, on both protocols; a body held whole is sent again
+/// by the rule's retry after a 503 (HTTP/2 as HTTP/1.1), each try with
+/// all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_traffic_policy_holds_request_bodies() {
     const GW: &str = "gw-buffering";
@@ -743,7 +764,14 @@ async fn a_route_traffic_policy_holds_request_bodies() {
             "uploads",
             json!({ "name": "gw" }),
             &[HOST],
-            json!([{ "backendRefs": [{ "name": "files", "port": 80 }] }]),
+            json!([
+                { "backendRefs": [{ "name": "files", "port": 80 }] },
+                {
+                    "matches": [{ "path": { "type": "PathPrefix", "value": "/again" } }],
+                    "backendRefs": [{ "name": "files", "port": 80 }],
+                    "retry": { "codes": [503], "attempts": 1 },
+                },
+            ]),
         ),
         json!({
             "apiVersion": "teapot.dev/v1alpha1",
@@ -770,7 +798,7 @@ async fn a_route_traffic_policy_holds_request_bodies() {
     for proto in [Proto::Http1, Proto::Http2] {
         log.0.lock().unwrap().clear();
         let pause = tokio::time::sleep(Duration::from_millis(500));
-        let status = post_in_two(&h, proto, HOST, true, &log, pause).await;
+        let status = post_in_two(&h, proto, (HOST, "/up"), true, &log, pause).await;
         assert_eq!(status, 200, "{proto:?}");
         let events = log.events();
         let complete = events.iter().position(|e| *e == Event::BodyComplete);
@@ -779,5 +807,12 @@ async fn a_route_traffic_policy_holds_request_bodies() {
             complete.is_some() && accepted.is_some() && complete < accepted,
             "{proto:?}: {events:?}"
         );
+        for chunked in [false, true] {
+            let path = format!("/again/{}-{chunked}", proto as u8);
+            let status = post_in_two(&h, proto, (HOST, &path), chunked, &log, async {}).await;
+            assert_eq!(status, 200, "{proto:?} chunked={chunked}");
+            let tries = log.requests(&format!("post {path} http/1.1"));
+            assert_eq!(tries, [b"hello world"; 2], "{proto:?} chunked={chunked}");
+        }
     }
 }

@@ -80,7 +80,10 @@ pub(super) async fn hold(
         return Ok(out);
     }
     let limit = st.body_limit;
-    while out.body.len() < granted.request {
+    // A body of the declared length is read on to its end, so that it is
+    // known whole (then it can be sent again).
+    let short = |held: usize| held < granted.request || declared == Some(held as u64);
+    while short(out.body.len()) {
         let piece = tokio::time::timeout(wait, st.client.body.read())
             .await
             .map_err(|_| Failure::ClientGone)??;
@@ -97,6 +100,11 @@ pub(super) async fn hold(
 }
 
 impl HeldBody {
+    /// The client's whole body was held (it ended within the grant).
+    pub(super) fn whole(&self) -> bool {
+        self.complete
+    }
+
     /// Puts the held body behind `head` (the request head, chunked when
     /// `chunked`): a complete body of unknown length goes with a
     /// `Content-Length` instead, a cut one as the first chunk. Returns

@@ -172,6 +172,9 @@ pub(super) async fn forward(
         st.reason = Some("length_required");
         return st.client.out.answer(parts, 411, LENGTH_REQUIRED, &[]);
     }
+    // A body held whole is in `head`: each try sends it again, as the
+    // HTTP/1 engine does, nothing left to read from the client.
+    let has_body = has_body && !held.whole();
     let upstream = st
         .upstream
         .clone()
@@ -194,8 +197,9 @@ pub(super) async fn forward(
         .tls()
         .map_or(teapot_h1::pool::PLAIN, |t| t.class());
     let mut retry_on: Option<Arc<Endpoint>> = None;
-    // The route's retry policy, for a request without a body (an HTTP/2
-    // body is streamed as it comes, never held to be sent twice).
+    // The route's retry policy, for a request without a body to read (a
+    // streamed HTTP/2 body is never held to be sent twice; a buffered one
+    // held whole goes with the head).
     let route_retry = retry_policy(st);
     let retry = route_retry
         .clone()
