@@ -294,6 +294,23 @@ mod tests {
         );
     }
 
+    /// An HTTP/1.0 backend's request goes only with a length: a chunked
+    /// body held whole is rewritten, one not held whole cannot go, one
+    /// with a length goes as it is.
+    #[test]
+    fn a_request_to_an_http10_backend_goes_only_with_a_length() {
+        let head = "POST /u HTTP/1.0\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n";
+        let mut up = rechunked(head, b"5\r\nhello\r\n0\r\n\r\n");
+        assert!(with_length(&mut up, true));
+        assert!(up.ends_with(b"content-length: 5\r\n\r\nhello"));
+        // Asked again (the engine rewrites a body held whole at once).
+        assert!(with_length(&mut up, true));
+        let mut up = rechunked(head, b"5\r\nhello\r\n0\r\n\r\n");
+        assert!(!with_length(&mut up, false));
+        let mut up = b"POST / HTTP/1.0\r\ncontent-length: 3\r\n\r\nabc".to_vec();
+        assert!(with_length(&mut up, true));
+    }
+
     /// A body with a length keeps its head; a body cut short (the grant
     /// ran out) stays chunked, to be streamed on.
     #[test]
