@@ -15,6 +15,7 @@ command -v ip >/dev/null 2>&1 || packages+=(iproute2)         # network namespac
 command -v bird >/dev/null 2>&1 || packages+=(bird2)          # the second router of the announce tests (BIRD 2)
 command -v nft >/dev/null 2>&1 || packages+=(nftables)        # a silent replica in the failover tests: every packet dropped
 command -v dig >/dev/null 2>&1 || packages+=(dnsutils)        # dig, the real client of the DNS server tests (teapot/tests/dns_e2e.rs)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)  # the venv of the HTTP/3 tests' client (below)
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")
 done
@@ -30,6 +31,15 @@ if ((${#packages[@]})); then
     echo "setup: please install: ${packages[*]}" >&2
     exit 1
   fi
+fi
+
+# The HTTP/3 tests' independent client (teapot/tests/http3_e2e.rs) is
+# Python's aioquic, which Debian does not package: pinned, from PyPI, into
+# a venv of its own ($TEAPOT_PYENV, else ~/.cache/teapot/pyenv).
+pyenv=${TEAPOT_PYENV:-${XDG_CACHE_HOME:-$HOME/.cache}/teapot/pyenv}
+if ! "$pyenv/bin/python3" -c 'import aioquic' >/dev/null 2>&1; then
+  { python3 -m venv "$pyenv" && "$pyenv/bin/pip" install -q --disable-pip-version-check 'aioquic==1.2.0'; } \
+    || echo "setup: aioquic unavailable; teapot/tests/http3_e2e.rs will SKIP (TEAPOT_REQUIRE_AIOQUIC=1 makes that a failure)" >&2
 fi
 
 # The chart tests render with a pinned helm from the npm registry.

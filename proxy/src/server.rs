@@ -49,6 +49,9 @@ pub struct ProxyConfig {
     /// Serve HTTP/2 with prior knowledge on the plain listener beside
     /// HTTP/1 (told apart by the connection's first bytes).
     pub h2c: bool,
+    /// Serve HTTP/3 on UDP at the HTTPS listener's address and port
+    /// (crate::plane::h3).
+    pub http3: bool,
     /// Idle upstream connections kept for reuse, per upstream address and
     /// serving thread.
     pub upstream_pool_size: usize,
@@ -104,6 +107,7 @@ impl ProxyConfig {
             upstream: UpstreamOptions::default(),
             grace_period: Duration::from_secs(25),
             h2c: true,
+            http3: false,
             upstream_pool_size: 1024,
             serving_threads: 0,
             dns_servers: Vec::new(),
@@ -507,6 +511,28 @@ pub async fn run(
             sni: sni.clone(),
         });
     let passthrough: pingora_core::listeners::PreTlsCallback = Arc::new(shared_hook);
+    let http3 = match (config.http3, bound.https, &sni) {
+        (false, _, _) => None,
+        (true, Some(addr), Some(sni)) => {
+            let socket = std::net::UdpSocket::bind(addr).map_err(|source| ServeError::Bind {
+                what: "http3",
+                addr: addr.to_string(),
+                source,
+            })?;
+            let quic = crate::plane::h3::server_config(sni.clone(), &config.edge)?;
+            tracing::info!(%addr, "http3 listener (udp)");
+            Some(crate::plane::h3::Http3::start(
+                socket,
+                quic,
+                router.clone(),
+                first.slots(),
+                stop_rx.clone(),
+            )?)
+        }
+        (true, _, _) => {
+            return Err(ServeError::Tls("--http3 needs the HTTPS listener".into()).into());
+        }
+    };
     apps.push(first);
     let apps: Vec<_> = apps
         .into_iter()
@@ -705,6 +731,9 @@ pub async fn run(
     }
     let _ = l4_drain.await;
     serving.finish(Duration::from_secs(2)).await;
+    if let Some(http3) = http3 {
+        http3.finish(Duration::from_secs(2)).await;
+    }
     admin_task.abort();
     watch_task.abort();
     noise_task.abort();

@@ -149,6 +149,9 @@ pub(crate) struct TuningArgs {
     /// Serve only HTTP/1.1 on the plain listener: a client's HTTP/2 preface is refused as a malformed HTTP/1 request (ingress-nginx's use-http2: "false").
     #[arg(long, conflicts_with = "h2c")]
     no_h2c: bool,
+    /// Serve HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP. Off by default; nothing advertises it (no Alt-Svc) yet.
+    #[arg(long)]
+    http3: bool,
     /// Redirect plain HTTP for an Ingress's TLS hosts to HTTPS (308) when neither ssl-redirect annotation says, as ingress-nginx's ssl-redirect defaults to true; false serves them over HTTP unless an Ingress sets ssl-redirect: "true".
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     ssl_redirect_default: bool,
@@ -341,6 +344,7 @@ pub(crate) fn proxy_config(
     };
     config.grace_period = Duration::from_secs(tuning.grace_period);
     config.h2c = tuning.h2c || !tuning.no_h2c;
+    config.http3 = tuning.http3;
     config.upstream_pool_size = tuning.upstream_pool_size;
     config.upstream = UpstreamOptions {
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),

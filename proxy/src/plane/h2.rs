@@ -219,10 +219,20 @@ impl H2Server {
             respond.send_reset(Reason::PROTOCOL_ERROR);
             return StreamEnd::Malformed;
         }
+        let client = Client::new(body, respond, self.router.options.write_timeout);
+        self.exchange(&parts, client, conn).await;
+        StreamEnd::Done
+    }
+
+    /// A well-formed request's exchange, whichever protocol its stream
+    /// came on (HTTP/3's too: crate::plane::h3): front-door checks, the
+    /// routing decision, then a local answer or the backend exchange;
+    /// logged and counted at its end.
+    pub(super) async fn exchange(&self, parts: &Parts, client: Client, conn: &ConnInfo) {
         let mut st = StreamCtx {
             started: Instant::now(),
             _in_flight: self.router.metrics.request_started(),
-            client: Client::new(body, respond, self.router.options.write_timeout),
+            client,
             upstream: None,
             endpoint: None,
             tried: Tried::default(),
@@ -236,7 +246,7 @@ impl H2Server {
             uri: None,
             policy: None,
         };
-        if let Err(failure) = self.route(&parts, conn, &mut st).await {
+        if let Err(failure) = self.route(parts, conn, &mut st).await {
             if st.client.out.status == 0 && st.replaces(failure.status()) {
                 // The listed 502 or 504: the error backend's page.
                 let head_only = parts.method == Method::HEAD;
@@ -248,8 +258,11 @@ impl H2Server {
                 self.fail(&mut st, &failure);
             }
         }
-        self.log(&parts, conn, &st);
-        StreamEnd::Done
+        if let Err(failure) = st.client.out.flush().await {
+            st.reason.get_or_insert(failure.reason());
+            self.router.metrics.client_aborts.inc();
+        }
+        self.log(parts, conn, &st);
     }
 
     /// Routes and answers one request; an `Err` is answered by
@@ -485,7 +498,10 @@ impl H2Server {
             Some(ids) => trace::tag(&series.tag, &ids.request_id, &ids.traceparent),
             None => series.tag.clone(),
         });
-        entry.protocol = "h2";
+        entry.protocol = match conn.alpn.as_deref() {
+            Some("h3") => "h3",
+            _ => "h2",
+        };
         entry.tls = conn.tls_version;
         entry.sni = conn.sni.clone();
         entry.status = status;
@@ -524,7 +540,7 @@ enum StreamEnd {
 /// 9113 §8.1.1): control bytes or a space in `:path` would split the
 /// request line once downgraded, and a Content-Length that is not one
 /// number cannot frame a body.
-fn malformed(parts: &Parts) -> bool {
+pub(super) fn malformed(parts: &Parts) -> bool {
     let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
     if target
         .bytes()

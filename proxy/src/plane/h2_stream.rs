@@ -20,6 +20,7 @@ use crate::compile::upstream::{Tried, Upstream};
 use crate::live::endpoints::Endpoint;
 use crate::live::fairness::TenantPermit;
 use crate::plane::decide::GatewayForward;
+use crate::plane::h3_stream::{H3Recv, H3Send, Lost};
 use crate::plane::metrics::Series;
 use crate::plane::proxy::SERVER_NAME;
 use crate::plane::trace::Ids;
@@ -119,12 +120,32 @@ impl Client {
     ) -> Client {
         Client {
             body: RequestBody {
-                stream: body,
+                stream: Body::H2(body),
                 bytes: 0,
             },
             out: Responder {
-                respond,
-                send: None,
+                to: To::H2 {
+                    respond,
+                    send: None,
+                },
+                status: 0,
+                bytes: 0,
+                send_timeout,
+                pacer: None,
+            },
+        }
+    }
+
+    /// The halves of an HTTP/3 stream (crate::plane::h3), which the
+    /// exchange code takes as it takes an HTTP/2 stream's.
+    pub(super) fn h3(body: H3Recv, send: H3Send, send_timeout: Duration) -> Client {
+        Client {
+            body: RequestBody {
+                stream: Body::H3(Box::new(body)),
+                bytes: 0,
+            },
+            out: Responder {
+                to: To::H3(Box::new(send)),
                 status: 0,
                 bytes: 0,
                 send_timeout,
@@ -134,9 +155,18 @@ impl Client {
     }
 }
 
+/// The request body's stream, by the client's protocol.
+///
+/// HTTP/3's halves are boxed: an HTTP/2 stream's state stays the size it
+/// was.
+enum Body {
+    H2(RecvStream),
+    H3(Box<H3Recv>),
+}
+
 /// The request body of a stream.
 pub(super) struct RequestBody {
-    stream: RecvStream,
+    stream: Body,
     /// Bytes read so far.
     pub bytes: u64,
 }
@@ -144,16 +174,29 @@ pub(super) struct RequestBody {
 impl RequestBody {
     /// Whether the request has no body (its HEADERS ended the stream).
     pub fn is_empty(&self) -> bool {
-        self.stream.is_end_stream()
+        match &self.stream {
+            Body::H2(stream) => stream.is_end_stream(),
+            Body::H3(stream) => stream.is_empty(),
+        }
     }
 
     /// The next piece of the body, its flow-control window given back at
     /// once (the backend's socket or stream is the back pressure).
     pub async fn read(&mut self) -> Result<Option<Bytes>, Failure> {
-        match self.stream.data().await {
+        let stream = match &mut self.stream {
+            Body::H2(stream) => stream,
+            Body::H3(stream) => {
+                let data = stream.read().await.map_err(Failure::from)?;
+                if let Some(data) = &data {
+                    self.bytes += data.len() as u64;
+                }
+                return Ok(data);
+            }
+        };
+        match stream.data().await {
             None => Ok(None),
             Some(Ok(data)) => {
-                let _ = self.stream.flow_control().release_capacity(data.len());
+                let _ = stream.flow_control().release_capacity(data.len());
                 self.bytes += data.len() as u64;
                 Ok(Some(data))
             }
@@ -166,17 +209,16 @@ impl RequestBody {
 
     /// The request's trailers (gRPC sends some), after its body.
     pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Failure> {
-        self.stream
-            .trailers()
-            .await
-            .map_err(|_| Failure::ClientGone)
+        match &mut self.stream {
+            Body::H2(stream) => stream.trailers().await.map_err(|_| Failure::ClientGone),
+            Body::H3(stream) => stream.trailers().await.map_err(Failure::from),
+        }
     }
 }
 
 /// Where a stream's answer goes.
 pub(super) struct Responder {
-    respond: SendResponse<Bytes>,
-    send: Option<SendStream<Bytes>>,
+    to: To,
     /// The response status once its head went out, else 0.
     pub status: u16,
     /// Body bytes sent.
@@ -189,17 +231,41 @@ pub(super) struct Responder {
     pub pacer: Option<crate::plane::traffic::bandwidth::Pacer>,
 }
 
+/// Where the answer goes, by the client's protocol.
+enum To {
+    H2 {
+        respond: SendResponse<Bytes>,
+        send: Option<SendStream<Bytes>>,
+    },
+    H3(Box<H3Send>),
+}
+
 impl Responder {
-    /// Sends the response head; `end`: there is no body.
+    /// Sends the response head; `end`: there is no body. (HTTP/3 writes
+    /// it with the first body bytes or at the stream's end: [`H3Send`].)
     pub fn send_head(&mut self, resp: Response<()>, end: bool) -> Result<(), Failure> {
         let status = resp.status().as_u16();
-        let send = self.respond.send_response(resp, end).map_err(|e| {
-            tracing::debug!(error = %e, "sending an HTTP/2 response head");
-            Failure::ClientGone
-        })?;
+        match &mut self.to {
+            To::H2 { respond, send } => {
+                let sent = respond.send_response(resp, end).map_err(|e| {
+                    tracing::debug!(error = %e, "sending an HTTP/2 response head");
+                    Failure::ClientGone
+                })?;
+                *send = Some(sent);
+            }
+            To::H3(h3) => h3.set_head(resp, end).map_err(Failure::from)?,
+        }
         self.status = status;
-        self.send = Some(send);
         Ok(())
+    }
+
+    /// Writes what an HTTP/3 answer still holds back and ends its stream
+    /// (nothing to do on HTTP/2, whose heads and small bodies h2 queued).
+    pub(super) async fn flush(&mut self) -> Result<(), Failure> {
+        match &mut self.to {
+            To::H2 { .. } => Ok(()),
+            To::H3(h3) => h3.flush(self.send_timeout).await.map_err(Failure::from),
+        }
     }
 
     /// Sends body bytes as the client's flow-control window allows, so no
@@ -225,7 +291,16 @@ impl Responder {
     }
 
     async fn send_unpaced(&mut self, data: Bytes, end: bool) -> Result<(), Failure> {
-        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        let send = match &mut self.to {
+            To::H2 { send, .. } => send.as_mut().ok_or(Failure::ClientGone)?,
+            To::H3(h3) => {
+                self.bytes += data.len() as u64;
+                return h3
+                    .send(data, end, self.send_timeout)
+                    .await
+                    .map_err(Failure::from);
+            }
+        };
         self.bytes += data.len() as u64;
         send_flow_controlled(send, data, end, self.send_timeout)
             .await
@@ -263,15 +338,26 @@ impl Responder {
 
     /// Ends the response with trailers.
     pub fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Failure> {
-        let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+        let send = match &mut self.to {
+            To::H2 { send, .. } => send.as_mut().ok_or(Failure::ClientGone)?,
+            To::H3(h3) => return h3.set_trailers(trailers).map_err(Failure::from),
+        };
         send.send_trailers(trailers)
             .map_err(|_| Failure::ClientGone)
     }
 
     pub(super) fn reset(&mut self, reason: Reason) {
-        match &mut self.send {
-            Some(send) => send.send_reset(reason),
-            None => self.respond.send_reset(reason),
+        match &mut self.to {
+            To::H2 {
+                send: Some(send), ..
+            } => send.send_reset(reason),
+            To::H2 { respond, .. } => respond.send_reset(reason),
+            // HTTP/3's codes for the two reasons teapot resets with.
+            To::H3(h3) => h3.reset(if reason == Reason::CANCEL {
+                h3::error::Code::H3_REQUEST_CANCELLED
+            } else {
+                h3::error::Code::H3_INTERNAL_ERROR
+            }),
         }
     }
 
@@ -320,7 +406,14 @@ impl Responder {
         let end = head_only || body.is_empty();
         self.send_head(resp, end)?;
         if !end {
-            let send = self.send.as_mut().ok_or(Failure::ClientGone)?;
+            let send = match &mut self.to {
+                To::H2 { send, .. } => send.as_mut().ok_or(Failure::ClientGone)?,
+                To::H3(h3) => {
+                    self.bytes += body.len() as u64;
+                    h3.set_body(body);
+                    return Ok(());
+                }
+            };
             self.bytes += body.len() as u64;
             // A few hundred bytes: within what h2 buffers for a stream.
             send.send_data(body, true)
@@ -407,6 +500,15 @@ pub(super) enum Failure {
     /// The client's window stayed shut past the send timeout: the stream
     /// was reset.
     ClientStalled,
+}
+
+impl From<Lost> for Failure {
+    fn from(lost: Lost) -> Failure {
+        match lost {
+            Lost::Gone => Failure::ClientGone,
+            Lost::Stalled => Failure::ClientStalled,
+        }
+    }
 }
 
 impl Failure {

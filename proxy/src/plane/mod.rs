@@ -16,6 +16,9 @@
 //!   the `h1` crate's framing rules) or h2c ([`h2c_upstream`]); what a
 //!   stream is to all three (its halves, its state, how it fails) is
 //!   [`h2_stream`], below them.
+//! - [`h3`]: HTTP/3 on quinn and h3 (`--http3`), its streams handed to
+//!   the same pipeline and backend paths as HTTP/2 streams, through
+//!   [`h2_stream`]'s `Client`.
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
 //!   redirects, header edits, mirrors), for both engines; [`mirror`]
 //!   sends RequestMirror copies within per-namespace slots.
@@ -56,6 +59,8 @@ pub mod h2;
 pub mod h2_stream;
 pub mod h2_upstream;
 pub mod h2c_upstream;
+pub mod h3;
+mod h3_stream;
 pub mod l4;
 pub mod logflood;
 pub mod metrics;

@@ -1,0 +1,424 @@
+//! HTTP/3 (`teapot proxy --http3`): a QUIC endpoint (quinn) on UDP at the
+//! HTTPS listener's address and port, HTTP/3 framing by the h3 crate, and
+//! every request handed to the HTTP/2 server's exchange
+//! ([`H2Server::exchange`]): the same front-door checks, routing
+//! decision, policies, error pages, backend paths (HTTP/1, h2c, gRPC,
+//! TLS backends), access log, metrics and request IDs. Only the two
+//! halves of the stream differ (crate::plane::h3_stream).
+//!
+//! TLS is rustls with the TCP path's certificate resolver
+//! ([`SniResolver`]: ACME, wildcards, tenant Secrets by SNI), TLS 1.3
+//! only (QUIC has no other), ALPN `h3`, and no 0-RTT: early data can be
+//! replayed, and the pipeline does not tell replayable requests apart.
+//! Hosts with a client-certificate setting are not verified over QUIC:
+//! their requests get the 421 of a connection checked under another
+//! setting (crate::plane::client_cert::check), so the client retries
+//! over TCP.
+//!
+//! One endpoint on one thread of its own, with a single-threaded runtime
+//! like the serving threads (crate::plane::serving): a QUIC connection
+//! is its UDP 4-tuple, and one socket keeps a client's packets on the
+//! thread that holds its connection.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use h3::error::Code;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use teapot_h1::ConnInfo;
+use tokio::sync::watch;
+
+use crate::plane::ServeError;
+use crate::plane::accept::Slots;
+use crate::plane::edge::EdgeConfig;
+use crate::plane::h2::H2Server;
+use crate::plane::h2_stream::{Client, STREAM_WINDOW};
+use crate::plane::h3_stream::{H3Recv, H3Send, read_ahead};
+use crate::plane::proxy::Router;
+use crate::plane::tls::SniResolver;
+
+/// The uni streams an HTTP/3 client needs: its control stream and the
+/// QPACK encoder and decoder streams (RFC 9114 §6.2, RFC 9204 §4.2).
+const CLIENT_UNI_STREAMS: u32 = 3;
+
+/// What quinn may hold of a connection's answers not yet acknowledged:
+/// a few streams' windows, as HTTP/2 holds one window per stream.
+const SEND_WINDOW: u64 = 4 * STREAM_WINDOW as u64;
+
+/// After GOAWAY, how long a connection without requests waits for its
+/// client to close it before teapot does: enough for the last answer's
+/// acknowledgement (closing discards what the client has not
+/// acknowledged).
+const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(1);
+
+/// HTTP/3's connection error codes (RFC 9114 §8.1) teapot closes with.
+const H3_NO_ERROR: u32 = 0x100;
+const H3_GENERAL_PROTOCOL_ERROR: u32 = 0x101;
+
+/// The rustls and QUIC settings of the HTTP/3 endpoint (docs/reference.md,
+/// "HTTP/3"; docs/edge.md).
+pub fn server_config(
+    sni: Arc<SniResolver>,
+    edge: &EdgeConfig,
+) -> Result<quinn::ServerConfig, ServeError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| ServeError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(sni);
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.max_early_data_size = 0;
+    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| ServeError::Tls(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    server.transport_config(Arc::new(transport(edge)?));
+    Ok(server)
+}
+
+/// Streams and windows as on HTTP/2: `max_concurrent_streams` request
+/// streams, a 64 KiB window per stream and for the whole connection (what
+/// one client connection makes teapot hold), the HTTP/2 idle timeout; no
+/// keep-alive pings from teapot (an idle connection costs no CPU).
+fn transport(edge: &EdgeConfig) -> Result<quinn::TransportConfig, ServeError> {
+    let mut t = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(edge.h2.idle_timeout)
+        .map_err(|e| ServeError::Tls(format!("HTTP/3 idle timeout: {e}")))?;
+    t.max_concurrent_bidi_streams(edge.h2.max_concurrent_streams.into())
+        .max_concurrent_uni_streams(CLIENT_UNI_STREAMS.into())
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(STREAM_WINDOW.into())
+        .send_window(SEND_WINDOW)
+        .max_idle_timeout(Some(idle))
+        .keep_alive_interval(None);
+    Ok(t)
+}
+
+/// The running HTTP/3 endpoint.
+pub struct Http3 {
+    endpoint: quinn::Endpoint,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Http3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http3")
+            .field("local", &self.endpoint.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Http3 {
+    /// Serves HTTP/3 on `socket` until `stop`: then no new connection is
+    /// accepted, every connection gets GOAWAY and closes once its
+    /// requests are answered ([`Self::finish`] closes what is left).
+    pub fn start(
+        socket: std::net::UdpSocket,
+        config: quinn::ServerConfig,
+        router: Router,
+        slots: Slots,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Http3, ServeError> {
+        let local = socket.local_addr()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("teapot-h3".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = tx.send(Err(ServeError::Io(e)));
+                        return;
+                    }
+                };
+                let local_set = tokio::task::LocalSet::new();
+                local_set.block_on(&runtime, async move {
+                    let endpoint = match quinn::Endpoint::new(
+                        quinn::EndpointConfig::default(),
+                        Some(config),
+                        socket,
+                        Arc::new(quinn::TokioRuntime),
+                    ) {
+                        Ok(endpoint) => endpoint,
+                        Err(e) => {
+                            let _ = tx.send(Err(ServeError::Io(e)));
+                            return;
+                        }
+                    };
+                    let _ = tx.send(Ok(endpoint.clone()));
+                    let app = Rc::new(App::new(router, slots, local));
+                    accept(&endpoint, app, stop).await;
+                    endpoint.wait_idle().await;
+                });
+            })?;
+        let endpoint = rx
+            .recv()
+            .map_err(|_| ServeError::Io(std::io::Error::other("the HTTP/3 thread ended")))??;
+        Ok(Http3 {
+            endpoint,
+            thread: Some(thread),
+        })
+    }
+
+    /// After the grace period: waits (up to `wait`) for the drained
+    /// connections to close on their own (closing one discards answers
+    /// its client has not acknowledged yet), then closes what is left.
+    pub async fn finish(mut self, wait: Duration) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let mut joined = tokio::task::spawn_blocking(move || thread.join());
+        if tokio::time::timeout(wait, &mut joined).await.is_ok() {
+            return;
+        }
+        self.endpoint
+            .close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+        if tokio::time::timeout(wait, joined).await.is_err() {
+            tracing::warn!("the HTTP/3 endpoint did not stop in time");
+        }
+    }
+}
+
+/// Accepts connections until `stop`, within the connection caps.
+async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    // The TCP listeners' caps and pace per client
+                    // address, counted with their connections.
+                    let client = incoming.remote_address().ip().to_canonical();
+                    let Some(slot) = app.slots.admit(Some(client)) else {
+                        incoming.refuse();
+                        continue;
+                    };
+                    let app = app.clone();
+                    let stop = stop.clone();
+                    tokio::task::spawn_local(async move {
+                        app.connection(incoming, stop).await;
+                        drop(slot);
+                    });
+                }
+                None => return,
+            },
+            _ = stop.changed() => {}
+        }
+    }
+    // New connections are refused from here on; those open drain.
+    endpoint.set_server_config(None);
+}
+
+/// Per serving endpoint: the exchange and the connection caps.
+struct App {
+    h2: H2Server,
+    router: Router,
+    slots: Slots,
+    local: SocketAddr,
+    alpn: Arc<str>,
+}
+
+impl App {
+    fn new(router: Router, slots: Slots, local: SocketAddr) -> App {
+        App {
+            h2: H2Server::new(router.clone()),
+            router,
+            slots,
+            local,
+            alpn: Arc::from("h3"),
+        }
+    }
+
+    /// One QUIC connection: its HTTP/3 requests until the client closes
+    /// it, it idles past QUIC's idle timeout, or `stop` drains it.
+    async fn connection(&self, incoming: quinn::Incoming, mut stop: watch::Receiver<bool>) {
+        let handshake = self.router.edge.header_read_timeout;
+        let conn = match incoming.accept() {
+            Ok(connecting) => match tokio::time::timeout(handshake, connecting).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "QUIC handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("QUIC handshake timed out");
+                    return;
+                }
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "QUIC connection refused");
+                return;
+            }
+        };
+        let sni = conn
+            .handshake_data()
+            .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+            .and_then(|d| d.server_name)
+            .map(Arc::from);
+        let info = ConnInfo {
+            client: Some(conn.remote_address()),
+            local: Some(self.local),
+            tls: true,
+            tls_version: Some("TLSv1.3"),
+            sni,
+            alpn: Some(self.alpn.clone()),
+            tls_facts: None,
+        };
+        let mut builder = h3::server::builder();
+        // No grease: h3 would end every response with a reserved frame,
+        // and clients that skip unknown frames without seeing the
+        // stream's end there (aioquic) never see the response finish.
+        builder
+            .max_field_section_size(self.router.edge.h2.max_header_list_size.into())
+            .send_grease(false);
+        let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+        let mut h3 = match tokio::time::timeout(handshake, built).await {
+            Ok(Ok(h3)) => h3,
+            _ => {
+                conn.close(quinn::VarInt::from_u32(H3_GENERAL_PROTOCOL_ERROR), b"");
+                return;
+            }
+        };
+        let mut streams = FuturesUnordered::new();
+        let mut draining = *stop.borrow();
+        if draining {
+            let _ = h3.shutdown(0).await;
+        }
+        let mut accepting = !draining;
+        let mut closing = pin!(tokio::time::sleep(CLOSE_AFTER_GOAWAY));
+        loop {
+            tokio::select! {
+                biased;
+                Some(()) = streams.next(), if !streams.is_empty() => {
+                    if draining && streams.is_empty() {
+                        closing.as_mut().reset(tokio::time::Instant::now() + CLOSE_AFTER_GOAWAY);
+                    }
+                }
+                next = h3.accept(), if accepting => match next {
+                    Ok(Some(resolver)) => streams.push(Box::pin(self.stream(resolver, &info))),
+                    Ok(None) => accepting = false,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "HTTP/3 connection ended");
+                        accepting = false;
+                    }
+                },
+                _ = stop.changed(), if !draining => {
+                    draining = true;
+                    let _ = h3.shutdown(0).await;
+                    closing.as_mut().reset(tokio::time::Instant::now() + CLOSE_AFTER_GOAWAY);
+                }
+                _ = conn.closed() => break,
+                () = &mut closing, if draining && streams.is_empty() => break,
+            }
+            if !accepting && streams.is_empty() {
+                break;
+            }
+        }
+        while streams.next().await.is_some() {}
+        conn.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+    }
+
+    /// One request stream: its head (within the header timeout), then the
+    /// HTTP/2 server's exchange over its two halves.
+    async fn stream(
+        &self,
+        resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
+        conn: &ConnInfo,
+    ) {
+        let timeout = self.router.edge.header_read_timeout;
+        let (req, stream) = match tokio::time::timeout(timeout, resolver.resolve_request()).await {
+            Ok(Ok(resolved)) => resolved,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "HTTP/3 request refused");
+                return;
+            }
+            Err(_) => return,
+        };
+        let (parts, ()) = req.into_parts();
+        let (mut send, mut recv) = stream.split();
+        if crate::plane::h2::malformed(&parts) {
+            send.stop_stream(Code::H3_MESSAGE_ERROR);
+            recv.stop_sending(Code::H3_MESSAGE_ERROR);
+            return;
+        }
+        let (first, ended) = match body_known(&parts) {
+            Some(empty) => (None, empty),
+            None => match read_ahead(&mut recv, timeout).await {
+                Ok(read) => read,
+                Err(_) => return,
+            },
+        };
+        let client = Client::h3(
+            H3Recv::new(recv, first, ended),
+            H3Send::new(send),
+            self.router.options.write_timeout,
+        );
+        self.h2.exchange(&parts, client, conn).await;
+    }
+}
+
+/// Whether a request's head tells if it has a body (`Some(true)`: none):
+/// a Content-Length does, and a gRPC call always has one (a bidirectional
+/// call's client may wait for the answer's head before its first
+/// message, so it is not read ahead). Otherwise the body is read ahead
+/// for its first piece or its end.
+fn body_known(parts: &http::request::Parts) -> Option<bool> {
+    if let Some(length) = parts.headers.get(CONTENT_LENGTH) {
+        return Some(length.as_bytes() == b"0");
+    }
+    let grpc = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+    grpc.then_some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut req = http::Request::builder().uri("https://a.example/");
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_body_is_read_ahead_only_when_the_head_does_not_tell() {
+        assert_eq!(body_known(&parts(&[("content-length", "0")])), Some(true));
+        assert_eq!(body_known(&parts(&[("content-length", "5")])), Some(false));
+        assert_eq!(
+            body_known(&parts(&[("content-type", "application/grpc+proto")])),
+            Some(false)
+        );
+        assert_eq!(body_known(&parts(&[])), None);
+    }
+
+    #[test]
+    fn the_endpoint_is_configured_without_keep_alive_pings() {
+        use crate::compile::snapshot::Snapshot;
+        let snapshots = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+        let key = teapot_model::certificate::TlsCertificate::self_signed_default()
+            .unwrap()
+            .key;
+        let sni = Arc::new(SniResolver::new(snapshots, key));
+        let edge = EdgeConfig::default();
+        assert!(server_config(sni, &edge).is_ok());
+        let t = transport(&edge).unwrap();
+        let debug = format!("{t:?}");
+        assert!(debug.contains("keep_alive_interval: None"), "{debug}");
+    }
+}

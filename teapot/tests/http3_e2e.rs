@@ -1,0 +1,317 @@
+//! HTTP/3 through the real binary (`teapot proxy --http3`), spoken by an
+//! independent client: Python's aioquic (`tests/fixtures/h3client.py`,
+//! installed by `scripts/setup.sh` into its own venv). Routing, the
+//! certificate chosen by SNI, a policy, a 404, bodies larger than a
+//! stream's window both ways, the access log, and a request in flight
+//! across SIGTERM.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use teapot_echo::certs::{self_signed, tls_secret_yaml};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NS: &str = "quic";
+
+/// More than one stream window (64 KiB) and than the connection's.
+const LARGE: usize = 300 * 1024;
+
+/// The venv's Python with aioquic, or `None` (the test skips, unless
+/// TEAPOT_REQUIRE_AIOQUIC=1).
+fn aioquic_python() -> Option<PathBuf> {
+    let venv = match std::env::var_os("TEAPOT_PYENV") {
+        Some(v) => PathBuf::from(v),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+            cache.join("teapot").join("pyenv")
+        }
+    };
+    let python = venv.join("bin").join("python3");
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("TEAPOT_REQUIRE_AIOQUIC").as_deref() != Ok("1"),
+        "aioquic is not installed in {}: run scripts/setup.sh",
+        venv.display()
+    );
+    eprintln!("SKIP: aioquic is not installed (scripts/setup.sh installs it)");
+    None
+}
+
+/// Runs the aioquic client on `spec`.
+async fn run_client(python: &PathBuf, spec: Value) -> std::process::Output {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h3client.py");
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(spec.to_string())
+        .output();
+    tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the client ends")
+        .expect("the client runs")
+}
+
+/// The client's results on `spec`, one per request.
+async fn h3(python: &PathBuf, spec: Value) -> Vec<Value> {
+    let out = run_client(python, spec).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parsed: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {text} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{parsed} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parsed.as_array().cloned().expect("a list")
+}
+
+fn get(authority: &str, path: &str) -> Value {
+    json!({ "method": "GET", "authority": authority, "path": path })
+}
+
+/// An HTTP/1.1 backend that answers each request with its own body.
+async fn body_echo() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 16 * 1024];
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                let mut body = buf[end..].to_vec();
+                while body.len() < length {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => body.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    port
+}
+
+/// Two TLS hosts with certificates of their own, a host behind
+/// `whitelist-source-range`, and the body echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_serves_the_same_routes_certificates_and_policies() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    let backend = echo(NS, "web", "web-0").await;
+    let mut objects = echo_service(NS, "web", &[&backend]);
+    let bodies = body_echo().await;
+    objects.extend(loopback_service(NS, "bodies", bodies));
+    let mut certs = Vec::new();
+    for (host, service) in [("a.test", "web"), ("b.test", "bodies")] {
+        let mut ingress = simple_ingress(NS, host, host, service);
+        ingress["spec"]["tls"] = json!([{ "hosts": [host], "secretName": host }]);
+        objects.push(ingress);
+        certs.push((host, self_signed(&[host])));
+    }
+    objects.push(annotated(
+        NS,
+        "walled.test",
+        "web",
+        &[("whitelist-source-range", "10.0.0.0/8")],
+    ));
+    let secrets: Vec<String> = certs
+        .iter()
+        .map(|(host, pem)| tls_secret_yaml(NS, host, pem))
+        .collect();
+    let manifests = format!("{}\n---\n{}", docs(&objects), secrets.join("\n---\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", manifests)],
+        &[
+            "--http3",
+            "--access-log",
+            "all",
+            "--access-log-file",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    h.wait_status("all ingresses served", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 3 && i.iter().all(|r| r["served"] == true))
+    })
+    .await;
+    let addr = format!("127.0.0.1:{}", h.proxy.https.port());
+    let mut cafiles = Vec::new();
+    for (host, pem) in &certs {
+        let path = dir.path().join(format!("{host}.pem"));
+        std::fs::write(&path, &pem.cert_pem).unwrap();
+        cafiles.push(path);
+    }
+
+    // Each host's own certificate, verified by the client against that
+    // certificate alone and the SNI name; the routed backend answers.
+    let a = h3(
+        &python,
+        json!({ "addr": addr, "sni": "a.test", "cafile": cafiles[0],
+                "requests": [get("a.test", "/hello?x=1")] }),
+    )
+    .await;
+    assert_eq!(a[0]["status"], 200, "{a:?}");
+    let seen: Value = serde_json::from_str(a[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(seen["host"], "a.test");
+    assert_eq!(seen["path"], "/hello?x=1");
+    assert_eq!(seen["headers"]["X-Forwarded-Proto"][0], "https");
+    assert_eq!(
+        seen["headers"]["X-Request-Id"][0].as_str().unwrap().len(),
+        32
+    );
+
+    // b.test's certificate for b.test; a body of several windows each
+    // way, through the HTTP/1 backend path.
+    let b = h3(
+        &python,
+        json!({ "addr": addr, "sni": "b.test", "cafile": cafiles[1],
+                "requests": [{ "method": "POST", "authority": "b.test", "path": "/up",
+                               "body_size": LARGE }] }),
+    )
+    .await;
+    assert_eq!(b[0]["status"], 200, "{b:?}");
+    assert_eq!(b[0]["body_len"], LARGE);
+    assert_eq!(b[0]["echoed"], true);
+
+    // The certificate is the SNI's: a.test's is not b.test's.
+    let wrong = run_client(
+        &python,
+        json!({ "addr": addr, "sni": "a.test", "cafile": cafiles[1],
+                "requests": [get("a.test", "/")] }),
+    )
+    .await;
+    assert!(
+        !wrong.status.success(),
+        "b.test's CA accepted a.test's certificate"
+    );
+
+    // An unrouted host, and the policy: 127.0.0.1 is not in 10.0.0.0/8.
+    let refused = h3(
+        &python,
+        json!({ "addr": addr, "sni": "nobody.test",
+                "requests": [get("nobody.test", "/"), get("walled.test", "/")] }),
+    )
+    .await;
+    assert_eq!(refused[0]["status"], 404, "{refused:?}");
+    assert_eq!(refused[1]["status"], 403, "{refused:?}");
+    assert_eq!(backend.requests(), 1, "only a.test's request reached it");
+
+    // Every request's line, protocol h3.
+    let lines = eventually("the access log's h3 lines", REQUEST_TIMEOUT, || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &Value| l["protocol"] == "h3")
+            .collect();
+        if lines.len() >= 4 {
+            Ok(lines)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let find = |host: &str| {
+        lines
+            .iter()
+            .find(|l| l["host"] == host)
+            .unwrap_or_else(|| panic!("no h3 line for {host}: {lines:#?}"))
+    };
+    assert_eq!(find("a.test")["status"], 200);
+    assert_eq!(find("a.test")["tls"], "TLSv1.3");
+    assert_eq!(find("b.test")["bytes_in"], LARGE);
+    assert_eq!(find("nobody.test")["status"], 404);
+    assert_eq!(find("walled.test")["status"], 403);
+}
+
+/// SIGTERM while a request is at its backend: the answer still reaches
+/// the HTTP/3 client, and the proxy exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_an_http3_request_in_flight() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    let held = HeldBackend::start().await;
+    let mut objects = held.service(NS, "held");
+    objects.push(simple_ingress(NS, "held.test", "held.test", "held"));
+    let mut h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &["--http3", "--grace-period", "20"],
+    )
+    .await;
+    h.wait_status("the ingress served", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1 && i[0]["served"] == true)
+    })
+    .await;
+    let addr = format!("127.0.0.1:{}", h.proxy.https.port());
+    let client = tokio::spawn({
+        let python = python.clone();
+        async move {
+            h3(
+                &python,
+                json!({ "addr": addr, "sni": "held.test",
+                        "requests": [get("held.test", "/slow")] }),
+            )
+            .await
+        }
+    });
+    let request = held.next().await;
+    h.proxy.terminate().expect("SIGTERM");
+    // The admin listener stops on the same signal as the HTTP/3
+    // endpoint: once it is gone, the connection has its GOAWAY.
+    eventually("the admin listener to stop", REQUEST_TIMEOUT, || async {
+        match h.proxy.admin_get("/readyz").await {
+            Err(_) => Ok(()),
+            Ok(answer) => Err(format!("{answer:?}")),
+        }
+    })
+    .await;
+    request.answer(true);
+    let answered = client.await.unwrap();
+    assert_eq!(answered[0]["status"], 200, "{answered:?}");
+    assert_eq!(answered[0]["body"], "held");
+    let exit = h.proxy.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(exit.success(), "{exit:?}");
+}
