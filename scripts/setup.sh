@@ -14,7 +14,7 @@ command -v promtool >/dev/null 2>&1 || packages+=(prometheus) # promtool checks 
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)         # network namespaces and veth pairs of the announce tests
 command -v bird >/dev/null 2>&1 || packages+=(bird2)          # the second router of the announce tests (BIRD 2)
 command -v nft >/dev/null 2>&1 || packages+=(nftables)        # a silent replica in the failover tests: every packet dropped
-command -v dig >/dev/null 2>&1 || packages+=(dnsutils)        # dig, the real client of the DNS server tests (teapot/tests/dns_e2e.rs)
+command -v dig >/dev/null 2>&1 || packages+=(dnsutils)        # dig, the real client of the DNS server tests (teapot/tests/l4_dns/dns_e2e.rs)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)  # the venv of the HTTP/3 tests' client (below)
 for extra in "$@"; do                                           # e.g. nginx-light haproxy wrk for benches
   dpkg -s "$extra" >/dev/null 2>&1 || packages+=("$extra")

@@ -7,9 +7,9 @@
 //! Nothing here asserts on time: every wait polls the admin API with a
 //! generous bound, and UDP retries a datagram the network may drop.
 //!
-//! Run with `cargo test -p teapot --test l4_e2e`.
+//! Run with `cargo test -p teapot --test l4_dns l4_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

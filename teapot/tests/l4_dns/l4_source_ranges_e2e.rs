@@ -5,9 +5,9 @@
 //! before any flow; a Service whose ranges hold the client serves it; the
 //! report says the ranges are enforced and the refusals are counted.
 //!
-//! Run with `cargo test -p teapot --test l4_source_ranges_e2e`.
+//! Run with `cargo test -p teapot --test l4_dns l4_source_ranges_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;

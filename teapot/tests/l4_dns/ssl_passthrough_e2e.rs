@@ -16,7 +16,7 @@
 //!   traffic"): the annotated host reaches its backend, a TLS host without
 //!   the annotation is answered by the proxy.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

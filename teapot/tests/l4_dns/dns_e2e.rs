@@ -10,7 +10,7 @@
 //! Without `dig` the dig checks print a SKIP line, unless
 //! `TEAPOT_REQUIRE_DIG=1` (CI) makes its absence a failure.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -15,12 +15,11 @@
 //! and `/dev/udp` (L4) run inside its namespace. Needs root, iproute2,
 //! bash and curl (announce/tests/netns/mod.rs says when it skips).
 //!
-//! Run: `cargo test -p teapot --test dual_stack_netns_e2e`.
+//! Run: `cargo test -p teapot --test l4_dns dual_stack_netns_e2e::`.
 
-#[path = "../../announce/tests/netns/mod.rs"]
-mod netns;
+use crate::netns;
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

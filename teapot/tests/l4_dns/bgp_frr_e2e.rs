@@ -17,10 +17,9 @@
 //! prints why and passes, unless `TEAPOT_REQUIRE_NETNS=1` (CI) makes that a
 //! failure (announce/tests/netns/mod.rs).
 //!
-//! Run: `cargo test -p teapot --test bgp_frr_e2e`.
+//! Run: `cargo test -p teapot --test l4_dns bgp_frr_e2e::`.
 
-#[path = "../../announce/tests/netns/mod.rs"]
-mod netns;
+use crate::netns;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -17,7 +17,7 @@
 //! Every wait polls for a condition with a generous bound; nothing asserts
 //! on elapsed time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
