@@ -748,7 +748,7 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
             "non_idempotent",
             "off",
         ]),
-        doc: "When a request goes again to another endpoint, as nginx: error (connect refused or reset, the backend closing before its answer; invalid_header counts as error), timeout, http_500/502/503/504/403/404/429, non_idempotent (POST, PATCH... too), off. Default with proxy-next-upstream-tries or -timeout set: error timeout. Only a request teapot holds whole (no body, or one read with its head) is sent again.",
+        doc: "When a request goes again to another endpoint, as nginx: error (connect refused or reset, the backend closing before its answer; invalid_header counts as error), timeout, http_500/502/503/504/403/404/429, non_idempotent (POST, PATCH... too), off. Default with proxy-next-upstream-tries or -timeout set: error timeout. Only a request teapot holds whole (no body, one read with its head or held by proxy-request-buffering; on gRPC/h2c backends a body of at most 64 KiB) is sent again.",
     },
     AnnotationSpec {
         key: "nginx.ingress.kubernetes.io/proxy-next-upstream-tries",
