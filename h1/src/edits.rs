@@ -72,6 +72,36 @@ impl HeaderEdits {
         self.push_field(name, |v| v.extend_from_slice(value), true);
     }
 
+    /// [`Self::push_set`] of a field the caller made from a fixed
+    /// alphabet, which the checks could only pass: a name that is a
+    /// constant token no edit is refused for, and a value of hex digits
+    /// and `-` (a request ID or `traceparent` teapot made). Written without
+    /// looking at its bytes again; debug builds check both as
+    /// [`Self::push_set`] does.
+    pub fn push_set_hex(&mut self, name: &'static str, value: &[u8]) {
+        debug_assert!(
+            !name.is_empty()
+                && name.bytes().all(crate::scan::is_tchar)
+                && !crate::hop::is_hop_by_hop(name.as_bytes())
+                && value.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-'),
+            "{name}: {}",
+            value.escape_ascii()
+        );
+        let start = self.wire.len();
+        self.wire.reserve(name.len() + value.len() + 4);
+        self.wire.extend_from_slice(name.as_bytes());
+        self.wire.extend_from_slice(b": ");
+        self.wire.extend_from_slice(value);
+        self.wire.extend_from_slice(b"\r\n");
+        self.skip(name.as_bytes());
+        // Before the additions already there (if any), as push_set does.
+        let len = self.wire.len() - start;
+        if self.appends_at != start {
+            self.wire[self.appends_at..].rotate_right(len);
+        }
+        self.appends_at += len;
+    }
+
     /// [`Self::append`] in place.
     pub fn push_append(&mut self, name: &[u8], value: &[u8]) {
         self.push_field(name, |v| v.extend_from_slice(value), false);
@@ -283,6 +313,27 @@ mod tests {
         at_once.push_all(&kept);
         assert_eq!(at_once, one_by_one);
         assert!(at_once.skips(b"x-r2") && at_once.skips(b"X-S1"));
+    }
+
+    /// The unchecked push of teapot's own hex fields writes what the
+    /// checked one does, before or after other edits.
+    #[test]
+    fn hex_fields_are_pushed_as_checked_ones() {
+        let id = b"4bf92f3577b34da6a3ce929d0e0e4736";
+        let tp = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let mut checked = HeaderEdits::with_capacity(16);
+        let mut unchecked = HeaderEdits::with_capacity(16);
+        checked.push_set(b"x-request-id", id);
+        unchecked.push_set_hex("x-request-id", id);
+        for edits in [&mut checked, &mut unchecked] {
+            edits.push_append(b"x-added", b"1");
+            edits.push_remove(b"x-gone");
+        }
+        checked.push_set(b"traceparent", tp);
+        unchecked.push_set_hex("traceparent", tp);
+        assert_eq!(checked, unchecked);
+        assert_eq!(checked.wire(), unchecked.wire());
+        assert!(unchecked.skips(b"X-Request-Id") && unchecked.skips(b"traceparent"));
     }
 
     /// A value or name that could split the head, or a field that would

@@ -193,11 +193,13 @@ pub(super) fn edits(
     // twice) and 4 bytes of framing each; a new ID (12 + 32) and
     // traceparent (11 + 55).
     let mut edits = HeaderEdits::with_capacity(256 + 2 * authority.len() + 128);
+    // Made here of hex digits and `-` (crate::plane::trace): nothing for
+    // the edits' checks to find.
     if request_id.is_new() {
-        edits.push_set(trace::REQUEST_ID.as_bytes(), request_id.as_bytes());
+        edits.push_set_hex(trace::REQUEST_ID, request_id.as_bytes());
     }
     if traceparent.is_new() {
-        edits.push_set(trace::TRACEPARENT.as_bytes(), traceparent.as_bytes());
+        edits.push_set_hex(trace::TRACEPARENT, traceparent.as_bytes());
     }
     with_block(conn, authority, |block| edits.push_all(block));
     edits
