@@ -1532,6 +1532,14 @@ where
             let watch_client = need_body
                 || (watch_hangup
                     && self.inbuf.filled().len() < self.engine.config.limits.max_header_bytes);
+            // A watch for a hang-up (no body to read) reads with the buffer
+            // the head came in: a full read chunk grew it on every request,
+            // and only the grown one went back to the spares.
+            let client_chunk = if need_body {
+                chunk
+            } else {
+                chunk.min(IDLE_READ)
+            };
             let since = waiting_since.take().unwrap_or_else(Instant::now);
             let read_deadline = since + read_to;
             let hangup_grace = !sending && !need_body && !watch_hangup;
@@ -1555,10 +1563,15 @@ where
                 UpRead(io::Result<usize>),
             }
             let ev = reads.run(until, async {
+                // In a fixed order instead of a random one (no draw per
+                // wait): the backend's answer first, as it ends the sending;
+                // the write and the client's read never race (`sending`),
+                // and the answer read is bounded by its head's limit.
                 tokio::select! {
-                    r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
-                    r = inbuf.read_from(client, chunk), if !sending && watch_client => Ev::ClientRead(r),
+                    biased;
                     r = upbuf.read_from(&mut up_r, chunk) => Ev::UpRead(r),
+                    r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
+                    r = inbuf.read_from(client, client_chunk), if !sending && watch_client => Ev::ClientRead(r),
                 }
             })
             .await;
