@@ -14,11 +14,14 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod buffering_e2e;
 mod capacity_e2e;
 mod chunk_line_e2e;
 mod custom_errors_e2e;
 mod custom_headers_e2e;
 mod error_page_bounds_e2e;
+mod fail_closed_e2e;
+mod global_rate_limit_e2e;
 mod h2_upstream_e2e;
 mod h2c_early_answer_e2e;
 mod h2c_limits_e2e;
@@ -28,8 +31,12 @@ mod ingress_nginx_request_path_e2e;
 mod ingress_nginx_routing_e2e;
 mod isolation_e2e;
 mod load_balance_e2e;
+mod no_endpoint_cors_e2e;
 mod observe_e2e;
 mod paths_e2e;
 mod proxy_e2e;
+mod proxy_http_version_e2e;
 mod response_rewrite_e2e;
+mod retry_e2e;
+mod traffic_policy_e2e;
 mod upstream_log_e2e;

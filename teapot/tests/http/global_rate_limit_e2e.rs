@@ -19,9 +19,9 @@
 //!   fleet Service's EndpointSlices on the API double and share one limit;
 //!   one whose endpoint goes not ready is no longer heard.
 //!
-//! Run with `cargo test -p teapot --test global_rate_limit_e2e`.
+//! Run with `cargo test -p teapot --test http global_rate_limit_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;

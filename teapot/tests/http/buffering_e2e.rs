@@ -18,9 +18,9 @@
 //!   `limit-rate`, since the kernel's buffers on loopback take in about
 //!   3 MiB for a client that reads nothing).
 //!
-//! Run with `cargo test -p teapot --test buffering_e2e`.
+//! Run with `cargo test -p teapot --test http buffering_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

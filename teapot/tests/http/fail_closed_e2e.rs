@@ -10,9 +10,9 @@
 //!   read) is not routed at all: teapot's 404, never the backend; its
 //!   status names the annotation; a tenant's is refused at admission.
 //!
-//! Run with `cargo test -p teapot --test fail_closed_e2e`.
+//! Run with `cargo test -p teapot --test http fail_closed_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::auth_service::{Answer, AuthService};
 use common::*;

@@ -6,9 +6,9 @@
 //! Every client here is 127.0.0.1, which is what the allow and deny lists
 //! are written against.
 //!
-//! Run with `cargo test -p teapot --test traffic_policy_e2e`.
+//! Run with `cargo test -p teapot --test http traffic_policy_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

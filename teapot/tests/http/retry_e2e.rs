@@ -23,9 +23,9 @@
 //!   whole body; a gRPC error (200 + `grpc-status`) is relayed; a body
 //!   past the 64 KiB teapot keeps is not retried.
 //!
-//! Run with `cargo test -p teapot --test retry_e2e`.
+//! Run with `cargo test -p teapot --test http retry_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -14,9 +14,9 @@
 //!   pool, as a route without either reuses it;
 //! - a Gateway API route with a RouteTrafficPolicy `backendHTTP`: the same.
 //!
-//! Run with `cargo test -p teapot --test proxy_http_version_e2e`.
+//! Run with `cargo test -p teapot --test http proxy_http_version_e2e::`.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

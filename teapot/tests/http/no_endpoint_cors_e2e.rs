@@ -4,9 +4,9 @@
 //! for another), as every other answer of such a route does, so a browser
 //! shows the 503 instead of a CORS error.
 //!
-//! Run with `cargo test -p teapot --test no_endpoint_cors_e2e`.
+//! Run with `cargo test -p teapot --test http no_endpoint_cors_e2e::`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use teapot_testkit::client::{Proto, Request};
