@@ -2,8 +2,10 @@
 //! independent client: Python's aioquic (`tests/fixtures/h3client.py`,
 //! installed by `scripts/setup.sh` into its own venv). Routing, the
 //! certificate chosen by SNI, a policy, a 404, bodies larger than a
-//! stream's window both ways, the access log, and a request in flight
-//! across SIGTERM.
+//! stream's window both ways, the access log, a request in flight
+//! across SIGTERM, and the bounds a hostile client meets: streams per
+//! connection, connections per address (shared with TCP), a stream's
+//! head within the header timeout, the idle timeout.
 
 mod common;
 
@@ -314,4 +316,160 @@ async fn sigterm_drains_an_http3_request_in_flight() {
     assert_eq!(answered[0]["body"], "held");
     let exit = h.proxy.wait(Duration::from_secs(30)).await.expect("exits");
     assert!(exit.success(), "{exit:?}");
+}
+
+/// A greedy client against the per-connection stream cap
+/// (`--h2-max-concurrent-streams`, the QUIC MAX_STREAMS teapot grants)
+/// and the per-address connection cap its QUIC connections share with
+/// TCP's (`--max-connections-per-client`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_streams_and_connections_beyond_their_caps_wait_or_are_refused() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    let held = HeldBackend::start().await;
+    let backend = echo(NS, "web", "web-0").await;
+    let mut objects = held.service(NS, "held");
+    objects.push(simple_ingress(NS, "held.test", "held.test", "held"));
+    objects.extend(echo_service(NS, "web", &[&backend]));
+    objects.push(simple_ingress(NS, "a.test", "a.test", "web"));
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &[
+            "--http3",
+            "--h2-max-concurrent-streams",
+            "2",
+            "--max-connections-per-client",
+            "2",
+        ],
+    )
+    .await;
+    h.wait_status("both ingresses served", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 2 && i.iter().all(|r| r["served"] == true))
+    })
+    .await;
+    let addr = format!("127.0.0.1:{}", h.proxy.https.port());
+    let held_client = |paths: &[&str]| {
+        let python = python.clone();
+        let requests: Vec<Value> = paths.iter().map(|p| get("held.test", p)).collect();
+        let spec = json!({ "addr": addr, "sni": "held.test", "requests": requests });
+        tokio::spawn(async move { h3(&python, spec).await })
+    };
+    let served = json!({ "addr": addr, "sni": "a.test", "requests": [get("a.test", "/")] });
+
+    // Three requests at once on one connection: two reach the backend,
+    // the third waits for a stream of the connection to end.
+    let greedy = held_client(&["/1", "/2", "/3"]);
+    let first = held.next().await;
+    let second = held.next().await;
+    // Another connection is served meanwhile; by its answer the third
+    // stream would have reached the backend too, were it let through.
+    let other = h3(&python, served.clone()).await;
+    assert_eq!(other[0]["status"], 200, "{other:?}");
+    assert!(held.idle(), "a stream beyond the cap reached the backend");
+    first.answer(true);
+    let third = held.next().await;
+
+    // The greedy connection and a second one from the same address are
+    // open: a third connection is refused.
+    let holder = held_client(&["/4"]);
+    let fourth = held.next().await;
+    let refused = run_client(&python, served.clone()).await;
+    assert!(
+        !refused.status.success(),
+        "a third connection was served: {}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).contains("error"),
+        "{refused:?}"
+    );
+
+    fourth.answer(true);
+    assert_eq!(holder.await.unwrap()[0]["status"], 200);
+    let admitted = || async {
+        let out = run_client(&python, served.clone()).await;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    // The second connection's slot is free again once it closed.
+    eventually("a second connection admitted", REQUEST_TIMEOUT, admitted).await;
+
+    // A TCP connection takes the second slot (a request head begun and
+    // not finished keeps it open): QUIC and TCP share the count.
+    let mut tcp = tokio::net::TcpStream::connect(h.proxy.http).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    eventually("the TCP connection counted", REQUEST_TIMEOUT, || async {
+        let out = run_client(&python, served.clone()).await;
+        if out.status.success() {
+            Err("a QUIC connection admitted beside two others".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    drop(tcp);
+
+    for request in [second, third] {
+        request.answer(true);
+    }
+    let greedy = greedy.await.unwrap();
+    assert!(
+        greedy
+            .iter()
+            .all(|r| r["status"] == 200 && r["body"] == "held"),
+        "{greedy:?}"
+    );
+    eventually("a connection admitted again", REQUEST_TIMEOUT, admitted).await;
+}
+
+/// A request stream that never completes its HEADERS frame is ended
+/// after `--header-read-timeout` while its connection keeps serving, and
+/// a connection left idle is closed after the idle timeout
+/// (`--h2-idle-timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_a_headless_stream_and_an_idle_connection_are_closed() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    let backend = echo(NS, "web", "web-0").await;
+    let mut objects = echo_service(NS, "web", &[&backend]);
+    objects.push(simple_ingress(NS, "a.test", "a.test", "web"));
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &[
+            "--http3",
+            "--header-read-timeout",
+            "1",
+            "--h2-idle-timeout",
+            "3",
+        ],
+    )
+    .await;
+    h.wait_status("the ingress served", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1 && i[0]["served"] == true)
+    })
+    .await;
+    let addr = format!("127.0.0.1:{}", h.proxy.https.port());
+    // The client waits up to 10 s for each (its own idle timeout is
+    // 120 s): far beyond the 1 s and 3 s given, far below the defaults.
+    let results = h3(
+        &python,
+        json!({ "addr": addr, "sni": "a.test", "probe": true, "probe_wait": 10,
+                "requests": [get("a.test", "/after")], "idle_wait": 10, "timeout": 40 }),
+    )
+    .await;
+    // The request on the same connection is answered while the probe
+    // is open, and the probe is ended.
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(results[1]["while_probe_open"], true, "{results:?}");
+    assert_eq!(results[1]["probe"], "closed", "{results:?}");
+    assert_eq!(results[2]["terminated"], true, "{results:?}");
 }
