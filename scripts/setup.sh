@@ -33,13 +33,13 @@ if ((${#packages[@]})); then
   fi
 fi
 
-# The HTTP/3 tests' independent client (teapot/tests/http3_e2e.rs) is
+# The HTTP/3 tests' independent client (teapot/tests/http/http3_e2e.rs) is
 # Python's aioquic, which Debian does not package: pinned, from PyPI, into
 # a venv of its own ($TEAPOT_PYENV, else ~/.cache/teapot/pyenv).
 pyenv=${TEAPOT_PYENV:-${XDG_CACHE_HOME:-$HOME/.cache}/teapot/pyenv}
 if ! "$pyenv/bin/python3" -c 'import aioquic' >/dev/null 2>&1; then
   { python3 -m venv "$pyenv" && "$pyenv/bin/pip" install -q --disable-pip-version-check 'aioquic==1.2.0'; } \
-    || echo "setup: aioquic unavailable; teapot/tests/http3_e2e.rs will SKIP (TEAPOT_REQUIRE_AIOQUIC=1 makes that a failure)" >&2
+    || echo "setup: aioquic unavailable; teapot/tests/http/http3_e2e.rs will SKIP (TEAPOT_REQUIRE_AIOQUIC=1 makes that a failure)" >&2
 fi
 
 # The chart tests render with a pinned helm from the npm registry.

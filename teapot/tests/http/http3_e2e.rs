@@ -7,7 +7,7 @@
 //! connection, connections per address (shared with TCP), a stream's
 //! head within the header timeout, the idle timeout.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,6 +55,7 @@ fn aioquic_python() -> Option<PathBuf> {
 async fn run_client(python: &PathBuf, spec: Value) -> std::process::Output {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h3client.py");
     let out = tokio::process::Command::new(python)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(script)
         .arg(spec.to_string())
         .output();
