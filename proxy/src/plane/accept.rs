@@ -358,18 +358,21 @@ impl EdgeApp<crate::plane::h2::H2Server> {
             let _slot = slot;
             let tcp = match sniffed {
                 Sniff::Http2 => tcp,
-                _ => match tokio::time::timeout_at(deadline, sniff_wait(tcp)).await {
-                    Ok(Ok((Sniff::Http2, tcp))) => tcp,
-                    Ok(Ok((_, tcp))) => {
+                _ => match sniff_wait(tcp, deadline).await {
+                    Ok((Sniff::Http2, tcp)) => tcp,
+                    Ok((Sniff::Http1, tcp)) => {
                         self.h1.serve(ClientTcp::new(tcp), info, shutdown).await;
                         return;
                     }
-                    Ok(Err(_)) => return,
-                    // The header timeout, as for an HTTP/1 head: closed.
-                    Err(_) => {
+                    // The header timeout, as for an HTTP/1 head: counted,
+                    // then closed, so a scrape after the client saw the
+                    // close finds it counted.
+                    Ok((Sniff::Undecided, tcp)) => {
                         self.metrics.refused(Refusal::HeaderTimeout);
+                        drop(tcp);
                         return;
                     }
+                    Err(_) => return,
                 },
             };
             // The HTTP/2 server takes tokio's stream; its handshake (the
@@ -417,11 +420,17 @@ fn sniff_now(tcp: &std::net::TcpStream) -> Sniff {
 }
 
 /// Waits (in the event loop) until the first bytes decide, at most the
-/// preface's length; the socket comes back out of the event loop, for
-/// the HTTP/1 engine's direct reads (`teapot_h1::ClientTcp`). A readiness
-/// that brought no new byte is cleared, so a client that sends the preface
-/// a byte at a time wakes this once per byte, not in a loop.
-async fn sniff_wait(tcp: std::net::TcpStream) -> std::io::Result<(Sniff, std::net::TcpStream)> {
+/// preface's length, or until `deadline`, which is
+/// [`Sniff::Undecided`]; the socket comes back out of the event loop, for
+/// the HTTP/1 engine's direct reads (`teapot_h1::ClientTcp`), and at the
+/// deadline still open, for the caller to count the refusal before the
+/// client sees it. A readiness that brought no new byte is cleared, so a
+/// client that sends the preface a byte at a time wakes this once per
+/// byte, not in a loop.
+async fn sniff_wait(
+    tcp: std::net::TcpStream,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<(Sniff, std::net::TcpStream)> {
     use tokio::io::unix::AsyncFd;
     // `AsyncFd::new` is deprecated because a `T` could close or swap its
     // descriptor while registered; an owned `TcpStream` never does, and
@@ -430,8 +439,14 @@ async fn sniff_wait(tcp: std::net::TcpStream) -> std::io::Result<(Sniff, std::ne
     #[allow(deprecated)]
     let fd = AsyncFd::new(tcp)?;
     let mut buf = [0u8; H2_PREFACE.len()];
+    let mut late = std::pin::pin!(tokio::time::sleep_until(deadline));
     loop {
-        let mut ready = fd.readable().await?;
+        let readable = fd.readable();
+        let mut ready = tokio::select! {
+            biased;
+            ready = readable => ready?,
+            () = late.as_mut() => return Ok((Sniff::Undecided, fd.into_inner())),
+        };
         let peeked = ready.try_io(|tcp| {
             let n = tcp.get_ref().peek(&mut buf)?;
             match sniff(&buf[..n]) {
@@ -748,7 +763,8 @@ mod tests {
         let tcp = tcp.into_std().unwrap();
         assert_eq!(sniff_now(&tcp), Sniff::Undecided, "nothing sent yet");
         client.write_all(&H2_PREFACE[..5]).await.unwrap();
-        let waiting = tokio::spawn(sniff_wait(tcp));
+        let never = tokio::time::Instant::now() + std::time::Duration::from_secs(3600);
+        let waiting = tokio::spawn(sniff_wait(tcp, never));
         tokio::task::yield_now().await;
         client.write_all(&H2_PREFACE[5..]).await.unwrap();
         let (decided, tcp) = waiting.await.unwrap().unwrap();
@@ -759,11 +775,42 @@ mod tests {
         let mut client = TcpStream::connect(addr).await.unwrap();
         let (tcp, _) = listener.accept().await.unwrap();
         client.write_all(b"PRI").await.unwrap();
-        let waiting = tokio::spawn(sniff_wait(tcp.into_std().unwrap()));
+        let waiting = tokio::spawn(sniff_wait(tcp.into_std().unwrap(), never));
         tokio::task::yield_now().await;
         client.write_all(b"NT / HTTP/1.1\r\n").await.unwrap();
         let (decided, tcp) = waiting.await.unwrap().unwrap();
         assert_eq!(decided, Sniff::Http1);
         assert_eq!(tcp.peek(&mut buf).unwrap(), 18);
+    }
+
+    /// A beginning of the preface and then silence: at the deadline the
+    /// socket comes back undecided and still open (the client has seen no
+    /// close yet), so the header timeout is counted before the client can
+    /// see it and a scrape after the close agrees with it.
+    #[tokio::test]
+    async fn a_stalled_preface_comes_back_open_at_the_deadline() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        client.write_all(&H2_PREFACE[..16]).await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        let (decided, tcp) = sniff_wait(tcp.into_std().unwrap(), deadline).await.unwrap();
+        assert_eq!(decided, Sniff::Undecided);
+        assert!(tokio::time::Instant::now() >= deadline);
+        let client = client.into_std().unwrap();
+        let mut buf = [0u8; 1];
+        let open = client.peek(&mut buf).map_err(|e| e.kind());
+        assert_eq!(open, Err(std::io::ErrorKind::WouldBlock), "closed already");
+        // Closed with the preface unread: a reset rather than an end.
+        drop(tcp);
+        client.set_nonblocking(false).unwrap();
+        let closed = client.peek(&mut buf).map_err(|e| e.kind());
+        assert!(
+            matches!(closed, Ok(0) | Err(std::io::ErrorKind::ConnectionReset)),
+            "{closed:?}"
+        );
     }
 }

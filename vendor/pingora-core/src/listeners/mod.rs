@@ -358,12 +358,17 @@ impl UninitializedStream {
             .as_ref()
             .and_then(|c| c.handshake_timeout())
             .unwrap_or(Duration::from_secs(60));
-        let done = pingora_timeout::timeout(limit, self.handshake()).await;
+        // The handshake (and the socket in it) outlives the timer, so a
+        // timed-out connection is counted before it is closed: whoever
+        // reads the count after the client saw the close finds it.
+        let mut handshake = std::pin::pin!(self.handshake());
+        let done = pingora_timeout::timeout(limit, handshake.as_mut()).await;
         if done.is_err() {
             if let Some(c) = callback {
                 c.timed_out();
             }
         }
+        drop(handshake);
         done
     }
 
