@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use teapot_model::manifests::load_dir;
-use teapot_model::store::{Kind, ObjectKey, Store};
+use teapot_model::store::{Kind, NsName, ObjectKey, Store};
 use teapot_model::tenancy::admit;
 
 /// Attack classes that depend on the admission request itself, not on the
@@ -109,7 +109,15 @@ fn denied_objects_never_reach_the_route_table() {
         }
         let (store, problems) = load_with(&file);
         checked += 1;
-        if store.contains(&key) {
+        // A denied RouteTrafficPolicy stands in the store as its refusal
+        // (metadata and targetRefs, nothing of the refused spec), so its
+        // routes answer 503 instead of being served without it: fail
+        // closed, not a leak.
+        let stands_refused = key.kind == Kind::RouteTrafficPolicy
+            && store
+                .refused_route_traffic_policies
+                .contains_key(&NsName::new(&key.namespace, &key.name));
+        if store.contains(&key) && !stands_refused {
             leaked.push(format!(
                 "{}: {attack} ({key}) problems: {problems:?}",
                 file.display()
