@@ -365,24 +365,24 @@ mod tests {
         assert!(!format!("{c:?}").contains("thirty"));
     }
 
+    /// A replica's counts and a UDP address on 127.0.0.1 that was free a
+    /// moment ago, for an exchange to bind.
+    fn replica() -> (Arc<GlobalCounts>, SocketAddr) {
+        let free = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        (Arc::new(GlobalCounts::default()), free)
+    }
+
     /// Two exchanges on 127.0.0.1: a count made on one reaches the
     /// other. A datagram from a stranger, or from a peer's address with
     /// another key's MAC, or replayed, changes nothing; the same record
     /// signed with the fleet's key does.
     #[tokio::test]
     async fn counts_cross_and_forgeries_do_not() {
-        let (ca, cb) = (
-            Arc::new(GlobalCounts::default()),
-            Arc::new(GlobalCounts::default()),
-        );
+        let ((ca, aa), (cb, ab)) = (replica(), replica());
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let free = || {
-            std::net::UdpSocket::bind(any)
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        };
-        let (aa, ab) = (free(), free());
         // A third peer of b's, played by the test.
         let third = std::net::UdpSocket::bind(any).unwrap();
         let at = third.local_addr().unwrap();
@@ -448,18 +448,7 @@ mod tests {
     #[tokio::test]
     async fn peers_swap_live_with_the_services_slices() {
         let api = teapot_testkit::apiserver::ApiServer::start().await;
-        let (ca, cb) = (
-            Arc::new(GlobalCounts::default()),
-            Arc::new(GlobalCounts::default()),
-        );
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let free = || {
-            std::net::UdpSocket::bind(any)
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        };
-        let (aa, ab) = (free(), free());
+        let ((ca, aa), (cb, ab)) = (replica(), replica());
         let discovery = Discovery {
             namespace: "teapot-system".into(),
             service: "lb-fleet".into(),

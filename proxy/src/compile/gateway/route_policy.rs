@@ -596,11 +596,25 @@ spec:
         assert!(with.cors.is_some());
     }
 
+    /// The traffic policy on the route `host`'s first candidate forwards
+    /// to (panics when it does not forward or its route is unresolved).
+    fn traffic_on(
+        s: &crate::compile::Snapshot,
+        host: &str,
+    ) -> Option<Arc<crate::compile::traffic::TrafficPolicy>> {
+        use crate::compile::gateway::table::Action;
+        let candidates = s.gateway.host(host).candidates();
+        let Action::Backends { backends, .. } = &*candidates[0].action else {
+            panic!("not forwarded");
+        };
+        let route = backends[0].route.as_ref().expect("resolved");
+        route.policy.as_ref().and_then(|p| p.traffic.clone())
+    }
+
     /// A GRPCRoute's rule gets its policy as an HTTPRoute's does: the one
     /// pipeline answers both.
     #[test]
     fn a_grpc_routes_rule_carries_its_policy() {
-        use crate::compile::gateway::table::Action;
         use crate::compile::tests::compile_test_docs;
         let docs = [
             "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: grpc, port: 50051}]}\n".to_string(),
@@ -609,13 +623,9 @@ spec:
             "apiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {name: p, namespace: ops}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: GRPCRoute, name: g, sectionName: calls}]\n  clientAddresses: {deny: [192.0.2.0/24]}\n".into(),
         ];
         let s = compile_test_docs(&docs, &crate::compile::CompileOptions::default());
-        let candidates = s.gateway.host("g.example").candidates();
-        let Action::Backends { backends, .. } = &*candidates[0].action else {
-            panic!("not forwarded");
-        };
-        let route = backends[0].route.as_ref().expect("resolved");
-        let traffic = route.policy.as_ref().and_then(|p| p.traffic.as_ref());
+        let traffic = traffic_on(&s, "g.example");
         let access = traffic
+            .as_ref()
             .and_then(|t| t.access.as_ref())
             .expect("the rule's policy");
         assert_eq!(access.deny[0].to_string(), "192.0.2.0/24");
@@ -626,7 +636,6 @@ spec:
     /// served without the restriction it asked for.
     #[test]
     fn a_policy_that_cannot_be_read_refuses_its_routes() {
-        use crate::compile::gateway::table::Action;
         use crate::compile::tests::compile_test_docs;
         // Past the reader's bound on ignored networks, which loading
         // does not check.
@@ -643,16 +652,7 @@ spec:
             ),
         ];
         let s = compile_test_docs(&docs, &crate::compile::CompileOptions::default());
-        let candidates = s.gateway.host("r.example").candidates();
-        let Action::Backends { backends, .. } = &*candidates[0].action else {
-            panic!("not forwarded");
-        };
-        let route = backends[0].route.as_ref().expect("resolved");
-        let traffic = route
-            .policy
-            .as_ref()
-            .and_then(|p| p.traffic.as_ref())
-            .expect("the refused policy stays on the route");
+        let traffic = traffic_on(&s, "r.example").expect("the refused policy stays on the route");
         let why = traffic.refused.as_deref().expect("refused");
         assert!(why.contains("globalRateLimit"), "{why}");
         assert!(traffic.access.is_none());
@@ -664,7 +664,6 @@ spec:
     /// not dropped, which would leave the route without its allow-list.
     #[test]
     fn a_policy_refused_when_read_refuses_its_routes() {
-        use crate::compile::gateway::table::Action;
         let docs = [
             "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ops}\nspec: {ports: [{name: http, port: 80}]}\n",
             "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: ops}\nspec:\n  gatewayClassName: teapot\n  listeners: [{name: http, protocol: HTTP, port: 80}]\n",
@@ -686,16 +685,7 @@ spec:
             &crate::compile::CompileOptions::default(),
             &crate::live::endpoints::EndpointRegistry::default(),
         );
-        let candidates = s.gateway.host("r.example").candidates();
-        let Action::Backends { backends, .. } = &*candidates[0].action else {
-            panic!("not forwarded");
-        };
-        let route = backends[0].route.as_ref().expect("resolved");
-        let traffic = route
-            .policy
-            .as_ref()
-            .and_then(|p| p.traffic.as_ref())
-            .expect("the refused policy is on the route");
+        let traffic = traffic_on(&s, "r.example").expect("the refused policy is on the route");
         let why = traffic.refused.as_deref().expect("refused");
         assert!(
             why.starts_with("spec.rateLimit.requestsPerSecond: "),
