@@ -52,6 +52,8 @@ pub struct ProxyConfig {
     /// Serve HTTP/3 on UDP at the HTTPS listener's address and port
     /// (crate::plane::h3).
     pub http3: bool,
+    /// The HTTP/3 endpoint's Retry threshold and the fleet's QUIC keys.
+    pub quic: crate::plane::h3::QuicOptions,
     /// Idle upstream connections kept for reuse, per upstream address and
     /// serving thread.
     pub upstream_pool_size: usize,
@@ -108,6 +110,7 @@ impl ProxyConfig {
             grace_period: Duration::from_secs(25),
             h2c: true,
             http3: false,
+            quic: crate::plane::h3::QuicOptions::default(),
             upstream_pool_size: 1024,
             serving_threads: 0,
             dns_servers: Vec::new(),
@@ -519,7 +522,7 @@ pub async fn run(
                 addr: addr.to_string(),
                 source,
             })?;
-            let quic = crate::plane::h3::server_config(sni.clone(), &config.edge)?;
+            let quic = crate::plane::h3::server_config(sni.clone(), &config.edge, &config.quic)?;
             tracing::info!(%addr, "http3 listener (udp)");
             Some(crate::plane::h3::Http3::start(
                 socket,
@@ -527,6 +530,7 @@ pub async fn run(
                 router.clone(),
                 first.slots(),
                 stop_rx.clone(),
+                &config.quic,
             )?)
         }
         (true, _, _) => {

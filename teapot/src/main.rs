@@ -152,6 +152,12 @@ pub(crate) struct TuningArgs {
     /// Serve HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP. Off by default; nothing advertises it (no Alt-Svc) yet.
     #[arg(long)]
     http3: bool,
+    /// HTTP/3: QUIC handshakes in flight on this replica past which a client that has not proven its address gets a Retry first (one round trip; stateless, so a flood of spoofed Initial packets holds no connection slot). 0: every client.
+    #[arg(long, default_value_t = teapot_proxy::plane::h3::DEFAULT_RETRY_ABOVE)]
+    http3_retry_above: usize,
+    /// HTTP/3: file holding the fleet's QUIC secret (at least 16 bytes, the same on every replica): the stateless reset and Retry token keys are derived from it, so a replica that gets another's connection after a path change resets it at once and the client reconnects, instead of waiting for its idle timeout. Without it each process draws its own keys.
+    #[arg(long, value_name = "FILE")]
+    quic_key_file: Option<PathBuf>,
     /// Redirect plain HTTP for an Ingress's TLS hosts to HTTPS (308) when neither ssl-redirect annotation says, as ingress-nginx's ssl-redirect defaults to true; false serves them over HTTP unless an Ingress sets ssl-redirect: "true".
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     ssl_redirect_default: bool,
@@ -345,6 +351,7 @@ pub(crate) fn proxy_config(
     config.grace_period = Duration::from_secs(tuning.grace_period);
     config.h2c = tuning.h2c || !tuning.no_h2c;
     config.http3 = tuning.http3;
+    config.quic.retry_above = tuning.http3_retry_above;
     config.upstream_pool_size = tuning.upstream_pool_size;
     config.upstream = UpstreamOptions {
         connect_timeout: Duration::from_millis(tuning.connect_timeout_ms),
@@ -370,6 +377,14 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.serving_threads = threads;
+    if let Some(path) = &args.tuning.quic_key_file {
+        let secret =
+            std::fs::read(path).with_context(|| format!("--quic-key-file {}", path.display()))?;
+        config.quic.keys = Some(
+            teapot_proxy::plane::quic_keys::QuicKeys::from_secret(&secret)
+                .with_context(|| format!("--quic-key-file {}", path.display()))?,
+        );
+    }
     config.acme = acme;
     config.kube = kube;
     config.kube_status = kube_status;

@@ -19,7 +19,16 @@
 //! like the serving threads (crate::plane::serving): a QUIC connection
 //! is its UDP 4-tuple, and one socket keeps a client's packets on the
 //! thread that holds its connection.
+//!
+//! A handshake flood from spoofable addresses is met with QUIC address
+//! validation: once [`QuicOptions::retry_above`] handshakes are in flight,
+//! a client that has not proven its address gets a Retry (stateless: no
+//! connection, no slot, no per-client pace spent) and is admitted when it
+//! comes back with the token. The reset and token keys are the fleet's
+//! when `--quic-key-file` is given (crate::plane::quic_keys), so another
+//! replica's stateless reset is believed and its Retry tokens are good.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::rc::Rc;
@@ -41,6 +50,7 @@ use crate::plane::h2::H2Server;
 use crate::plane::h2_stream::{Client, STREAM_WINDOW};
 use crate::plane::h3_stream::{H3Recv, H3Send, read_ahead};
 use crate::plane::proxy::Router;
+use crate::plane::quic_keys::QuicKeys;
 use crate::plane::tls::SniResolver;
 
 /// The uni streams an HTTP/3 client needs: its control stream and the
@@ -57,15 +67,49 @@ const SEND_WINDOW: u64 = 4 * STREAM_WINDOW as u64;
 /// acknowledged).
 const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(1);
 
+/// h3's `shutdown(n)` names in GOAWAY the stream `n` after the last one
+/// accepted, and a client takes every stream from the one named on as
+/// not processed (RFC 9114 §5.2): 1 names the first stream not accepted,
+/// so the accepted ones (which are answered) are not retried elsewhere.
+const GOAWAY_AFTER_ACCEPTED: usize = 1;
+
 /// HTTP/3's connection error codes (RFC 9114 §8.1) teapot closes with.
 const H3_NO_ERROR: u32 = 0x100;
 const H3_GENERAL_PROTOCOL_ERROR: u32 = 0x101;
+
+/// Handshakes in flight before unvalidated clients get a Retry: a busy
+/// replica's real handshakes stay below it (a few hundred handshakes a
+/// second at a 100 ms RTT hold a few dozen), and a spoofed flood holds at
+/// most this many connection slots for `--header-read-timeout` each.
+pub const DEFAULT_RETRY_ABOVE: usize = 256;
+
+/// The HTTP/3 endpoint's settings beyond the TCP path's
+/// (docs/reference.md, "HTTP/3").
+#[derive(Clone, Debug)]
+pub struct QuicOptions {
+    /// Handshakes in flight past which a client must prove its address
+    /// with a Retry round trip first (`--http3-retry-above`; 0: always).
+    pub retry_above: usize,
+    /// The fleet's reset and token keys (`--quic-key-file`); `None`:
+    /// this process's own.
+    pub keys: Option<QuicKeys>,
+}
+
+impl Default for QuicOptions {
+    fn default() -> QuicOptions {
+        QuicOptions {
+            retry_above: DEFAULT_RETRY_ABOVE,
+            keys: None,
+        }
+    }
+}
 
 /// The rustls and QUIC settings of the HTTP/3 endpoint (docs/reference.md,
 /// "HTTP/3"; docs/edge.md).
 pub fn server_config(
     sni: Arc<SniResolver>,
     edge: &EdgeConfig,
+    options: &QuicOptions,
 ) -> Result<quinn::ServerConfig, ServeError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -77,7 +121,10 @@ pub fn server_config(
     tls.max_early_data_size = 0;
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| ServeError::Tls(e.to_string()))?;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    let mut server = match &options.keys {
+        Some(keys) => quinn::ServerConfig::new(Arc::new(quic), keys.token_key()),
+        None => quinn::ServerConfig::with_crypto(Arc::new(quic)),
+    };
     server.transport_config(Arc::new(transport(edge)?));
     Ok(server)
 }
@@ -124,8 +171,24 @@ impl Http3 {
         router: Router,
         slots: Slots,
         stop: watch::Receiver<bool>,
+        options: &QuicOptions,
     ) -> Result<Http3, ServeError> {
         let local = socket.local_addr()?;
+        // quinn-udp sends a burst of packets in one call (GSO) and takes
+        // coalesced ones (GRO) where the kernel has them (Linux 4.18 and
+        // 5.0); 1 segment means one packet per system call.
+        let udp = quinn::udp::UdpSocketState::new((&socket).into())?;
+        tracing::info!(
+            %local,
+            gso_segments = udp.max_gso_segments(),
+            gro_segments = udp.gro_segments(),
+            "http3 endpoint"
+        );
+        let endpoint_config = options
+            .keys
+            .as_ref()
+            .map_or_else(quinn::EndpointConfig::default, QuicKeys::endpoint_config);
+        let retry_above = options.retry_above;
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("teapot-h3".into())
@@ -143,7 +206,7 @@ impl Http3 {
                 let local_set = tokio::task::LocalSet::new();
                 local_set.block_on(&runtime, async move {
                     let endpoint = match quinn::Endpoint::new(
-                        quinn::EndpointConfig::default(),
+                        endpoint_config,
                         Some(config),
                         socket,
                         Arc::new(quinn::TokioRuntime),
@@ -155,7 +218,7 @@ impl Http3 {
                         }
                     };
                     let _ = tx.send(Ok(endpoint.clone()));
-                    let app = Rc::new(App::new(router, slots, local));
+                    let app = Rc::new(App::new(router, slots, local, retry_above));
                     accept(&endpoint, app, stop).await;
                     endpoint.wait_idle().await;
                 });
@@ -197,6 +260,15 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
         tokio::select! {
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
+                    // Before any slot or pace is spent on it: under a
+                    // flood, an address not proven is asked to prove
+                    // itself, which costs teapot one stateless packet.
+                    if app.must_validate(&incoming) {
+                        if let Err(e) = incoming.retry() {
+                            e.into_incoming().ignore();
+                        }
+                        continue;
+                    }
                     // The TCP listeners' caps and pace per client
                     // address, counted with their connections.
                     let client = incoming.remote_address().ip().to_canonical();
@@ -204,10 +276,11 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
                         incoming.refuse();
                         continue;
                     };
+                    let handshake = Handshaking::start(&app.handshaking);
                     let app = app.clone();
                     let stop = stop.clone();
                     tokio::task::spawn_local(async move {
-                        app.connection(incoming, stop).await;
+                        app.connection(incoming, handshake, stop).await;
                         drop(slot);
                     });
                 }
@@ -216,8 +289,35 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
             _ = stop.changed() => {}
         }
     }
-    // New connections are refused from here on; those open drain.
-    endpoint.set_server_config(None);
+    // Those open drain; a new one is refused at once (CONNECTION_REFUSED,
+    // where an endpoint without a server config would answer with a
+    // stateless reset its client cannot tell from noise, and wait for its
+    // timeout), so its client goes elsewhere.
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming.refuse(),
+                None => return,
+            },
+            () = endpoint.wait_idle() => return,
+        }
+    }
+}
+
+/// One handshake in flight, counted until it ends either way.
+struct Handshaking(Rc<Cell<usize>>);
+
+impl Handshaking {
+    fn start(count: &Rc<Cell<usize>>) -> Handshaking {
+        count.set(count.get() + 1);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// Per serving endpoint: the exchange and the connection caps.
@@ -227,22 +327,43 @@ struct App {
     slots: Slots,
     local: SocketAddr,
     alpn: Arc<str>,
+    /// Handshakes in flight on this endpoint.
+    handshaking: Rc<Cell<usize>>,
+    retry_above: usize,
 }
 
 impl App {
-    fn new(router: Router, slots: Slots, local: SocketAddr) -> App {
+    fn new(router: Router, slots: Slots, local: SocketAddr, retry_above: usize) -> App {
         App {
             h2: H2Server::new(router.clone()),
             router,
             slots,
             local,
             alpn: Arc::from("h3"),
+            handshaking: Rc::new(Cell::new(0)),
+            retry_above,
         }
+    }
+
+    /// Whether `incoming` gets a Retry: its address is not proven, and
+    /// enough handshakes are in flight to suspect a flood.
+    fn must_validate(&self, incoming: &quinn::Incoming) -> bool {
+        must_validate(
+            self.handshaking.get(),
+            self.retry_above,
+            incoming.remote_address_validated(),
+            incoming.may_retry(),
+        )
     }
 
     /// One QUIC connection: its HTTP/3 requests until the client closes
     /// it, it idles past QUIC's idle timeout, or `stop` drains it.
-    async fn connection(&self, incoming: quinn::Incoming, mut stop: watch::Receiver<bool>) {
+    async fn connection(
+        &self,
+        incoming: quinn::Incoming,
+        handshaking: Handshaking,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let handshake = self.router.edge.header_read_timeout;
         let conn = match incoming.accept() {
             Ok(connecting) => match tokio::time::timeout(handshake, connecting).await {
@@ -290,10 +411,11 @@ impl App {
                 return;
             }
         };
+        drop(handshaking);
         let mut streams = FuturesUnordered::new();
         let mut draining = *stop.borrow();
         if draining {
-            let _ = h3.shutdown(0).await;
+            let _ = h3.shutdown(GOAWAY_AFTER_ACCEPTED).await;
         }
         let mut accepting = !draining;
         let mut closing = pin!(tokio::time::sleep(CLOSE_AFTER_GOAWAY));
@@ -315,13 +437,19 @@ impl App {
                 },
                 _ = stop.changed(), if !draining => {
                     draining = true;
-                    let _ = h3.shutdown(0).await;
+                    // Every stream below the GOAWAY's ID was accepted
+                    // already and is answered; one at or above it is
+                    // left unaccepted, as the client was told.
+                    accepting = false;
+                    let _ = h3.shutdown(GOAWAY_AFTER_ACCEPTED).await;
                     closing.as_mut().reset(tokio::time::Instant::now() + CLOSE_AFTER_GOAWAY);
                 }
                 _ = conn.closed() => break,
                 () = &mut closing, if draining && streams.is_empty() => break,
             }
-            if !accepting && streams.is_empty() {
+            // Drained, the connection waits for its client to close it or
+            // for `closing`: the last answers' acknowledgements.
+            if !accepting && !draining && streams.is_empty() {
                 break;
             }
         }
@@ -368,6 +496,14 @@ impl App {
     }
 }
 
+/// [`App::must_validate`]'s rule: a Retry only for an address not proven
+/// (a client that came back with a Retry token is admitted whatever the
+/// count), only when quinn can still ask (a Retry is asked once), and
+/// only past `above` handshakes in flight.
+fn must_validate(in_flight: usize, above: usize, validated: bool, may_retry: bool) -> bool {
+    !validated && may_retry && in_flight >= above
+}
+
 /// Whether a request's head tells if it has a body (`Some(true)`: none):
 /// a Content-Length does, and a gRPC call always has one (a bidirectional
 /// call's client may wait for the answer's head before its first
@@ -408,6 +544,37 @@ mod tests {
     }
 
     #[test]
+    fn only_unproven_addresses_past_the_threshold_are_asked_to_retry() {
+        assert!(!must_validate(3, 4, false, true));
+        assert!(must_validate(4, 4, false, true));
+        assert!(!must_validate(9, 4, true, true), "a token came back");
+        assert!(!must_validate(9, 4, false, false), "asked once already");
+        assert!(must_validate(0, 0, false, true), "0: always");
+    }
+
+    /// The kernel's `major.minor`, on Linux.
+    fn kernel() -> Option<(u32, u32)> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let mut parts = release.trim().split(['.', '-']);
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
+
+    #[test]
+    fn the_endpoint_socket_batches_with_gso_and_gro_where_the_kernel_has_them() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let udp = quinn::udp::UdpSocketState::new((&socket).into()).unwrap();
+        let Some(version) = kernel() else {
+            return;
+        };
+        if version >= (4, 18) {
+            assert!(udp.max_gso_segments() > 1, "no GSO on Linux {version:?}");
+        }
+        if version >= (5, 0) {
+            assert!(udp.gro_segments() > 1, "no GRO on Linux {version:?}");
+        }
+    }
+
+    #[test]
     fn the_endpoint_is_configured_without_keep_alive_pings() {
         use crate::compile::snapshot::Snapshot;
         let snapshots = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
@@ -416,7 +583,12 @@ mod tests {
             .key;
         let sni = Arc::new(SniResolver::new(snapshots, key));
         let edge = EdgeConfig::default();
-        assert!(server_config(sni, &edge).is_ok());
+        assert!(server_config(sni.clone(), &edge, &QuicOptions::default()).is_ok());
+        let keys = QuicOptions {
+            keys: Some(QuicKeys::from_secret(b"a fleet secret of 32 bytes, more").unwrap()),
+            ..QuicOptions::default()
+        };
+        assert!(server_config(sni, &edge, &keys).is_ok());
         let t = transport(&edge).unwrap();
         let debug = format!("{t:?}");
         assert!(debug.contains("keep_alive_interval: None"), "{debug}");

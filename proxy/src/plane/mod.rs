@@ -68,6 +68,7 @@ pub mod mirror;
 pub mod passthrough;
 pub mod pipeline;
 pub mod proxy;
+pub mod quic_keys;
 mod serve_error;
 pub mod serving;
 pub mod tls;

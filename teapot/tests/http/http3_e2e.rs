@@ -24,7 +24,7 @@ const LARGE: usize = 300 * 1024;
 
 /// The venv's Python with aioquic, or `None` (the test skips, unless
 /// TEAPOT_REQUIRE_AIOQUIC=1).
-fn aioquic_python() -> Option<PathBuf> {
+pub(crate) fn aioquic_python() -> Option<PathBuf> {
     let venv = match std::env::var_os("TEAPOT_PYENV") {
         Some(v) => PathBuf::from(v),
         None => {
@@ -52,7 +52,7 @@ fn aioquic_python() -> Option<PathBuf> {
 }
 
 /// Runs the aioquic client on `spec`.
-async fn run_client(python: &PathBuf, spec: Value) -> std::process::Output {
+pub(crate) async fn run_client(python: &PathBuf, spec: Value) -> std::process::Output {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h3client.py");
     let out = tokio::process::Command::new(python)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -66,7 +66,7 @@ async fn run_client(python: &PathBuf, spec: Value) -> std::process::Output {
 }
 
 /// The client's results on `spec`, one per request.
-async fn h3(python: &PathBuf, spec: Value) -> Vec<Value> {
+pub(crate) async fn h3(python: &PathBuf, spec: Value) -> Vec<Value> {
     let out = run_client(python, spec).await;
     let text = String::from_utf8_lossy(&out.stdout);
     let parsed: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
@@ -83,12 +83,12 @@ async fn h3(python: &PathBuf, spec: Value) -> Vec<Value> {
     parsed.as_array().cloned().expect("a list")
 }
 
-fn get(authority: &str, path: &str) -> Value {
+pub(crate) fn get(authority: &str, path: &str) -> Value {
     json!({ "method": "GET", "authority": authority, "path": path })
 }
 
 /// An HTTP/1.1 backend that answers each request with its own body.
-async fn body_echo() -> u16 {
+pub(crate) async fn body_echo() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {

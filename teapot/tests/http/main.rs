@@ -28,6 +28,8 @@ mod h2c_limits_e2e;
 mod host_default_backend_e2e;
 mod hostile_routes_e2e;
 mod http3_e2e;
+mod http3_fleet_e2e;
+mod http3_paths_e2e;
 mod ingress_nginx_request_path_e2e;
 mod ingress_nginx_routing_e2e;
 mod isolation_e2e;
