@@ -698,6 +698,7 @@ fn the_fleet_exchange_gets_its_service_key_and_rbac() {
         "--fleet-service=teapot-system/teapot-proxy-fleet",
         "--fleet-listen=$(POD_IP):7946",
         "--fleet-key-file=/etc/teapot/fleet/key",
+        "--quic-key-file=/etc/teapot/fleet/key",
         "--global-rate-limit-status-code=503",
     ] {
         assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
