@@ -37,11 +37,14 @@ pub struct HeaderEdits {
 
 impl HeaderEdits {
     /// Room for `bytes` bytes of edits (names and values, plus 4 per edit).
+    /// The buffers come from the thread's spares ([`crate::spare`]) and go
+    /// back there when the edits are dropped: a router that edits every
+    /// request (the forwarding fields) made two allocations per request.
     pub fn with_capacity(bytes: usize) -> Self {
         HeaderEdits {
-            wire: Vec::with_capacity(bytes),
+            wire: crate::spare::take(bytes.max(crate::spare::SMALL)),
             appends_at: 0,
-            skipped: Vec::with_capacity(bytes / 2),
+            skipped: crate::spare::take((bytes / 2).max(crate::spare::SMALL)),
         }
     }
 
@@ -236,6 +239,13 @@ impl HeaderEdits {
             rest = tail;
         }
         false
+    }
+}
+
+impl Drop for HeaderEdits {
+    fn drop(&mut self) {
+        crate::spare::give(std::mem::take(&mut self.wire));
+        crate::spare::give(std::mem::take(&mut self.skipped));
     }
 }
 

@@ -30,7 +30,9 @@ use crate::connect::{ConnectError, connect_upstream};
 use crate::head::{BodyLength, RequestHeadWriter};
 use crate::observer::{Observer, Outcome, RequestLog, UpstreamError};
 use crate::pool::Pool;
-use crate::response::{ResponseFraming, framing_with, header_slots, parse_head, response_head_len};
+use crate::response::{
+    HeadFields, ResponseFraming, head_fields, header_slots, parse_head, response_head_len,
+};
 use crate::retry::{Failed, Tries, Verdict};
 use crate::router::{ConnInfo, Decision, Forward, Pacer, RequestHead, Respond, Router, Upstreams};
 use crate::scan::{
@@ -354,28 +356,59 @@ impl Buf {
 }
 
 /// The current request's method, path and host, copied for the observer
-/// (the head's bytes leave the buffer before the request ends).
+/// (the head's bytes leave the buffer before the request ends): one
+/// string, a head buffer from the thread's spares while the connection is
+/// busy, given back when it goes idle (three strings were three
+/// allocations per request, an idle connection keeping none).
 #[derive(Debug, Default)]
 struct LogHead {
-    method: String,
-    path: String,
-    host: String,
+    /// The method, the path, then the host.
+    text: String,
+    method_end: usize,
+    path_end: usize,
     has_host: bool,
 }
 
 impl LogHead {
     fn set(&mut self, method: &str, path: &str, host: Option<&str>) {
-        self.method.clear();
-        self.method.push_str(method);
-        self.path.clear();
-        self.path.push_str(path);
-        self.host.clear();
+        if self.text.capacity() == 0 {
+            // Empty, so no byte for the check to look at.
+            self.text = String::from_utf8(crate::spare::take(HEAD_CAPACITY)).unwrap_or_default();
+        }
+        self.text.clear();
+        self.text.push_str(method);
+        self.method_end = self.text.len();
+        self.text.push_str(path);
+        self.path_end = self.text.len();
         self.has_host = host.is_some();
-        self.host.push_str(host.unwrap_or(""));
+        self.text.push_str(host.unwrap_or(""));
     }
 
     fn clear(&mut self) {
-        self.set("", "", None);
+        self.text.clear();
+        self.method_end = 0;
+        self.path_end = 0;
+        self.has_host = false;
+    }
+
+    fn method(&self) -> &str {
+        self.text.get(..self.method_end).unwrap_or_default()
+    }
+
+    fn path(&self) -> &str {
+        self.text
+            .get(self.method_end..self.path_end)
+            .unwrap_or_default()
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.has_host
+            .then(|| self.text.get(self.path_end..).unwrap_or_default())
+    }
+
+    /// Gives the memory back (an idle or closed connection's).
+    fn release(&mut self) {
+        crate::spare::give(std::mem::take(self).text.into_bytes());
     }
 }
 
@@ -393,6 +426,12 @@ struct Stats {
     upstream_start: Option<Instant>,
     upstream_time: Option<Duration>,
     ttfb: Option<Duration>,
+    /// When the final response head was complete: the request's end as
+    /// well when its whole answer came with the head and went to the
+    /// client without a wait (one clock read fewer per request).
+    answered: Option<Instant>,
+    /// Some write to the client had to wait.
+    waited: bool,
     reused: bool,
     retried: bool,
     client_abort: bool,
@@ -420,6 +459,8 @@ impl Stats {
             upstream_start: None,
             upstream_time: None,
             ttfb: None,
+            answered: None,
+            waited: false,
             reused: false,
             retried: false,
             client_abort: false,
@@ -551,24 +592,40 @@ struct Elapsed;
 impl Deadline {
     /// `fut`'s output, unless `at` comes first.
     async fn run<F: Future>(&mut self, at: Instant, fut: F) -> Result<F::Output, Elapsed> {
-        let mut fut = std::pin::pin!(fut);
-        let mut armed = false;
+        self.run_until(|| at, std::pin::pin!(fut)).await
+    }
+
+    /// [`Self::run`] with the deadline made by `at` only if `fut` has to
+    /// wait: a write the socket takes at once, or a read that finds its
+    /// bytes, reads no clock for a deadline it never needs.
+    ///
+    /// `fut` comes pinned by the caller: moved in, it would be held twice
+    /// in this future (as the argument and as the pinned local), and the
+    /// per-request future that awaits this is allocated per request.
+    async fn run_until<F: Future>(
+        &mut self,
+        at: impl FnOnce() -> Instant,
+        mut fut: std::pin::Pin<&mut F>,
+    ) -> Result<F::Output, Elapsed> {
+        let mut make = Some(at);
+        let mut armed: Option<Instant> = None;
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
                 return std::task::Poll::Ready(Ok(v));
             }
             // Only a wait that blocks needs the timer: a write the socket
             // takes at once, the usual case, makes and moves none.
+            let first = armed.is_none();
+            let at = *armed.get_or_insert_with(|| make.take().map_or_else(Instant::now, |f| f()));
             let sleep = match &mut self.sleep {
                 Some(sleep) => {
-                    if !armed && at < sleep.deadline() {
+                    if first && at < sleep.deadline() {
                         sleep.as_mut().reset(at);
                     }
                     sleep
                 }
                 None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
             };
-            armed = true;
             loop {
                 std::task::ready!(sleep.as_mut().poll(cx));
                 if sleep.deadline() >= at {
@@ -598,6 +655,7 @@ impl<S, R, O> Drop for Conn<S, R, O> {
     fn drop(&mut self) {
         crate::spare::give(std::mem::take(&mut self.out));
         crate::spare::give(std::mem::take(&mut self.up_out));
+        self.log.release();
     }
 }
 
@@ -623,8 +681,12 @@ where
             // Waiting for a head is all an idle connection does, and what
             // its task is sized for: reading the head, routing and
             // forwarding are boxed below, once per request, so a quiet
-            // keep-alive connection does not carry their state.
-            if !self.inbuf.holds_memory()
+            // keep-alive connection does not carry their state. After an
+            // answer, the wait is also the look for the next request: a
+            // client that sent it (or pipelined it) is read at once, and one
+            // that has not gives its buffers back before the wait, without
+            // an exchange boxed for a read that finds nothing.
+            if self.inbuf.is_empty()
                 && self.client.tells_readable()
                 && let Err(wait) = self.idle_wait(deadline, last_end, first).await
             {
@@ -642,7 +704,8 @@ where
         }
     }
 
-    /// Waits, holding no buffer, until the client sends a head, the
+    /// Waits until the client sends a head (the buffers the connection
+    /// holds go back as soon as it has to wait), the
     /// deadline passes, the client closes, or shutdown ends a wait between
     /// requests: at once for a connection idle longer than
     /// [`IDLE_CLOSE_GRACE`], at the end of the grace otherwise (a request
@@ -661,19 +724,35 @@ where
             client,
             shutdown,
             reads,
+            inbuf,
+            upbuf,
+            out,
+            up_out,
+            log,
             ..
         } = self;
-        let readable = reads.run(
-            deadline,
-            std::future::poll_fn(|cx| client.poll_readable(cx)),
-        );
-        let woke = if first {
-            Woke::Wait(readable.await)
-        } else {
-            tokio::select! {
-                biased;
-                r = readable => Woke::Wait(r),
-                () = shutdown_signal(shutdown) => Woke::Shutdown,
+        // The buffers go back once the client is found to have sent
+        // nothing yet. Pinned here: moved into the deadline's future, the
+        // closure's captures would be held twice in the connection's task.
+        let woke = {
+            let mut held = inbuf.holds_memory();
+            let poll_readable = std::pin::pin!(std::future::poll_fn(|cx| {
+                let r = client.poll_readable(cx);
+                if held && r.is_pending() {
+                    held = false;
+                    release_buffers(inbuf, upbuf, out, up_out, log);
+                }
+                r
+            }));
+            let readable = reads.run_until(|| deadline, poll_readable);
+            if first {
+                Woke::Wait(readable.await)
+            } else {
+                tokio::select! {
+                    biased;
+                    r = readable => Woke::Wait(r),
+                    () = shutdown_signal(shutdown) => Woke::Shutdown,
+                }
             }
         };
         let ready = match woke {
@@ -810,9 +889,9 @@ where
 
     fn observe(&self, stats: &Stats, outcome: Outcome, tag: Option<&std::sync::Arc<str>>) {
         self.engine.observer.on_request(&RequestLog {
-            method: &self.log.method,
-            path: &self.log.path,
-            host: self.log.has_host.then_some(self.log.host.as_str()),
+            method: self.log.method(),
+            path: self.log.path(),
+            host: self.log.host(),
             status: stats.status,
             bytes_in: stats.bytes_in,
             bytes_out: stats.bytes_out,
@@ -943,13 +1022,13 @@ where
     /// An idle keep-alive connection gives back every buffer it holds for
     /// requests; the next request takes fresh ones.
     fn release_idle(&mut self) {
-        self.inbuf.release();
-        self.upbuf.release();
-        crate::spare::give(std::mem::take(&mut self.out));
-        crate::spare::give(std::mem::take(&mut self.up_out));
-        self.log = LogHead::default();
-        // The timers stay: re-arming one per request is what `Deadline`
-        // exists to avoid, and each is a hundred bytes.
+        release_buffers(
+            &mut self.inbuf,
+            &mut self.upbuf,
+            &mut self.out,
+            &mut self.up_out,
+            &mut self.log,
+        );
     }
 
     /// [`Self::flush`] at `pacer`'s pace: the first `unpaced` bytes at
@@ -986,11 +1065,13 @@ where
                 ..
             } = self;
             let piece = &out[at..at + n];
+            stats.waited = true;
+            let write = std::pin::pin!(async {
+                client.write_all(piece).await?;
+                client.flush().await
+            });
             r = client_writes
-                .run(Instant::now() + to, async {
-                    client.write_all(piece).await?;
-                    client.flush().await
-                })
+                .run_until(|| Instant::now() + to, write)
                 .await
                 .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
             if r.is_err() {
@@ -1018,11 +1099,19 @@ where
             client_writes,
             ..
         } = self;
+        let waited = &mut stats.waited;
+        let write = std::pin::pin!(async {
+            client.write_all(out).await?;
+            client.flush().await
+        });
         let r = client_writes
-            .run(Instant::now() + to, async {
-                client.write_all(out).await?;
-                client.flush().await
-            })
+            .run_until(
+                || {
+                    *waited = true;
+                    Instant::now() + to
+                },
+                write,
+            )
             .await
             .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
         stats.bytes_out += self.out.len() as u64;
@@ -1102,7 +1191,7 @@ where
                 respond.headers.extend_from_slice(&fields);
                 return self.local(&respond, false, keep, stats).await;
             }
-            return self.gateway_error(e, keep, &fields, stats).await;
+            return Box::pin(self.gateway_error(e, keep, &fields, stats)).await;
         }
         let respond = plan.fwd.upstreams.replacement(status).await;
         let keep = keep && !respond.close;
@@ -1168,8 +1257,12 @@ where
             };
             stats.upstream = Some(addr);
             let upstreams = &mut plan.fwd.upstreams;
-            match connect_upstream(addr, transport.as_deref(), to, || upstreams.connected(addr))
-                .await
+            // Boxed, as every path a request rarely takes: the request's
+            // future is allocated per request, sized for its largest path.
+            match Box::pin(connect_upstream(addr, transport.as_deref(), to, || {
+                upstreams.connected(addr)
+            }))
+            .await
             {
                 Ok(conn) => return Ok((conn, addr, false)),
                 Err(e) if e.handshake() => {
@@ -1224,9 +1317,7 @@ where
         // is contacted (crate::engine::buffering).
         let held = plan.fwd.upstreams.buffering(plan.body);
         if held.request > 0 && !decoder.is_done() {
-            match self
-                .hold_request_body(&mut decoder, held.request, read_to, stats)
-                .await
+            match Box::pin(self.hold_request_body(&mut decoder, held.request, read_to, stats)).await
             {
                 buffering::Held::Ready => {}
                 buffering::Held::Refused(r) => {
@@ -1291,7 +1382,7 @@ where
                     // No body byte was read: the connection stays usable
                     // unless there is a body still to come.
                     let keep = plan.client_keepalive && plan.body == BodyFraming::None;
-                    let next = self.upstream_failed(plan, e, keep, stats).await;
+                    let next = Box::pin(self.upstream_failed(plan, e, keep, stats)).await;
                     self.observe(stats, Outcome::Upstream(e), plan.fwd.tag.as_ref());
                     return next;
                 }
@@ -1302,8 +1393,13 @@ where
                 (Some(p), Some(t)) => p.try_timeout(t, read_to, Instant::now()),
                 _ => read_to,
             };
+            // A pooled connection's first try reads no clock for its
+            // deadline: the request's start upstream was just read.
+            let since =
+                (reused && attempts == 1 && tries.as_ref().is_none_or(|t| t.retried() == 0))
+                    .then_some(up_start);
             let sent = self
-                .send_request(&mut up, &mut decoder, plan, try_to, stats)
+                .send_request(&mut up, &mut decoder, plan, (try_to, since), stats)
                 .await;
             if let Sent::Upstream(UpErr {
                 responded: false, ..
@@ -1365,7 +1461,7 @@ where
                 stats.upstream_time = Some(up_start.elapsed());
                 let keep = plan.client_keepalive && decoder.is_done();
                 let next = if stats.status < 200 {
-                    self.upstream_failed(plan, e.kind, keep, stats).await
+                    Box::pin(self.upstream_failed(plan, e.kind, keep, stats)).await
                 } else {
                     Next::Close(ConnEnd::Closed)
                 };
@@ -1461,7 +1557,7 @@ where
         up: &mut UpstreamConn,
         decoder: &mut BodyDecoder,
         plan: &ForwardPlan<R::Upstreams>,
-        read_to: Duration,
+        (read_to, mut since): (Duration, Option<Instant>),
         stats: &mut Stats,
     ) -> Sent {
         let chunk = self.engine.config.read_chunk;
@@ -1474,9 +1570,11 @@ where
         // once its answer is slow: watching would put it there (two system
         // calls), and a quick answer finds out by being written.
         let mut slow_answer = false;
-        // When the wait that found the answer slow began: the upstream's
-        // read timeout still counts from there.
-        let mut waiting_since = None;
+        let mut first_write = true;
+        // Where the upstream's read timeout counts from: the time given
+        // (the request's start upstream, on a pooled connection), else the
+        // first wait's; kept while nothing had to wait (a write the socket
+        // took at once), and through the wait that found the answer slow.
         loop {
             // A complete response head ends the sending phase (an early
             // final response abandons the rest of the body).
@@ -1490,8 +1588,9 @@ where
                         });
                     }
                     Ok(Some((len, status))) => {
+                        let now = Instant::now();
                         if stats.ttfb.is_none() {
-                            stats.ttfb = stats.upstream_start.map(|t| t.elapsed());
+                            stats.ttfb = stats.upstream_start.map(|t| now.duration_since(t));
                         }
                         if (100..200).contains(&status) && status != 101 {
                             self.out.clear();
@@ -1509,6 +1608,7 @@ where
                             self.upbuf.consume(len);
                             continue;
                         }
+                        stats.answered = Some(now);
                         return Sent::Response {
                             head_len: len,
                             status,
@@ -1524,6 +1624,37 @@ where
                 }
             }
             let sending = up_pos < self.up_out.len();
+            if sending && first_write {
+                // The request's first bytes: nothing can have been answered
+                // before them, so they go without a look at the backend's
+                // side first (a look that finds nothing registers the task
+                // with the socket: a lock and a hundred instructions).
+                first_write = false;
+                let bytes = &self.up_out[up_pos..];
+                let wrote = std::future::poll_fn(|cx| {
+                    Poll::Ready(std::pin::Pin::new(&mut *up).poll_write(cx, bytes))
+                })
+                .await;
+                match wrote {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        up_pos += n;
+                        if up_pos == self.up_out.len() && !keep_head {
+                            self.up_out.clear();
+                            up_pos = 0;
+                        }
+                        continue;
+                    }
+                    Poll::Ready(_) => {
+                        return Sent::Upstream(UpErr {
+                            kind: UpstreamError::Closed,
+                            responded,
+                        });
+                    }
+                    // The socket takes nothing yet: waited for below, with
+                    // the answer.
+                    Poll::Pending => {}
+                }
+            }
             let need_body = !decoder.is_done();
             // With the body sent, the client is still read (up to a head's
             // worth of pipelined bytes, kept for later) so that a client
@@ -1540,14 +1671,9 @@ where
             } else {
                 chunk.min(IDLE_READ)
             };
-            let since = waiting_since.take().unwrap_or_else(Instant::now);
-            let read_deadline = since + read_to;
             let hangup_grace = !sending && !need_body && !watch_hangup;
-            let until = if hangup_grace {
-                read_deadline.min(since + HANGUP_WATCH_AFTER)
-            } else {
-                read_deadline
-            };
+            let grace_first = hangup_grace && HANGUP_WATCH_AFTER < read_to;
+            let mut blocked = false;
             let Conn {
                 client,
                 inbuf,
@@ -1562,24 +1688,41 @@ where
                 ClientRead(io::Result<usize>),
                 UpRead(io::Result<usize>),
             }
-            let ev = reads.run(until, async {
-                // In a fixed order instead of a random one (no draw per
-                // wait): the backend's answer first, as it ends the sending;
-                // the write and the client's read never race (`sending`),
-                // and the answer read is bounded by its head's limit.
-                tokio::select! {
-                    biased;
-                    r = upbuf.read_from(&mut up_r, chunk) => Ev::UpRead(r),
-                    r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
-                    r = inbuf.read_from(client, client_chunk), if !sending && watch_client => Ev::ClientRead(r),
+            let until = || {
+                blocked = true;
+                let since = *since.get_or_insert_with(Instant::now);
+                if grace_first {
+                    since + HANGUP_WATCH_AFTER
+                } else {
+                    since + read_to
                 }
-            })
-            .await;
+            };
+            let ev = {
+                let select = std::pin::pin!(async {
+                    // In a fixed order instead of a random one (no draw per
+                    // wait): the backend's answer first, as it ends the sending;
+                    // the write and the client's read never race (`sending`),
+                    // and the answer read is bounded by its head's limit.
+                    tokio::select! {
+                        biased;
+                        r = upbuf.read_from(&mut up_r, chunk) => Ev::UpRead(r),
+                        r = up_w.write(&up_out[up_pos..]), if sending => Ev::Wrote(r),
+                        r = inbuf.read_from(client, client_chunk), if !sending && watch_client => Ev::ClientRead(r),
+                    }
+                });
+                reads.run_until(until, select).await
+            };
             let ev = match ev {
-                Ok(ev) => ev,
-                Err(_) if until < read_deadline => {
+                Ok(ev) => {
+                    // Only a write the socket took at once keeps the
+                    // start: bytes that came in begin a new wait.
+                    if blocked || !matches!(ev, Ev::Wrote(_)) {
+                        since = None;
+                    }
+                    ev
+                }
+                Err(_) if grace_first => {
                     slow_answer = true;
-                    waiting_since = Some(since);
                     continue;
                 }
                 Err(_) if !sending && need_body => {
@@ -1668,15 +1811,15 @@ where
         let Ok(resp) = parsed else {
             stats.upstream_time = stats.upstream_start.map(|t| t.elapsed());
             let fields = plan.fwd.upstreams.local_fields().to_vec();
-            let next = self
-                .gateway_error(UpstreamError::BadResponse, false, &fields, stats)
-                .await;
+            let next =
+                Box::pin(self.gateway_error(UpstreamError::BadResponse, false, &fields, stats))
+                    .await;
             self.observe(stats, Outcome::Upstream(UpstreamError::BadResponse), tag);
             return next;
         };
         stats.status = resp.status;
         if resp.status == 101 {
-            return self.tunnel(up, stats, tag).await;
+            return Box::pin(self.tunnel(up, stats, tag)).await;
         }
         let emit = if resp.body == BodyFraming::Chunked && plan.client_http10 {
             Emit::Raw
@@ -1691,6 +1834,8 @@ where
         // `proxy-buffering`: the backend's answer is all read while the
         // client still has some to take (crate::engine::buffering).
         let mut read_whole = false;
+        // Whether the answer took more than its head's read and one write.
+        let mut waited = ahead > 0 || pacer.is_some();
         loop {
             match decoder.feed(self.upbuf.filled(), &mut self.out) {
                 Ok(n) => self.upbuf.consume(n),
@@ -1705,11 +1850,11 @@ where
             }
             let flushed = if ahead > 0 {
                 let (up, d) = (&mut up, &mut decoder);
-                self.flush_reading_ahead(up, d, ahead, &mut pacer, &mut unpaced, stats)
+                Box::pin(self.flush_reading_ahead(up, d, ahead, &mut pacer, &mut unpaced, stats))
                     .await
             } else {
                 match pacer.as_deref_mut() {
-                    Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
+                    Some(pacer) => Box::pin(self.flush_paced(pacer, &mut unpaced, stats)).await,
                     None => self.flush(stats).await,
                 }
                 .map(|()| false)
@@ -1729,13 +1874,13 @@ where
             if decoder.is_done() {
                 break;
             }
-            let r = self
-                .reads
-                .run(
-                    Instant::now() + read_to,
-                    self.upbuf.read_from(&mut up, chunk),
-                )
-                .await;
+            waited = true;
+            let r = {
+                let read = std::pin::pin!(self.upbuf.read_from(&mut up, chunk));
+                self.reads
+                    .run_until(|| Instant::now() + read_to, read)
+                    .await
+            };
             match r {
                 Ok(Ok(0)) => {
                     if decoder.eof() {
@@ -1775,12 +1920,15 @@ where
             }
             self.upbuf.clear();
             let flushed = match pacer.as_deref_mut() {
-                Some(pacer) => self.flush_paced(pacer, &mut unpaced, stats).await,
+                Some(pacer) => Box::pin(self.flush_paced(pacer, &mut unpaced, stats)).await,
                 None => self.flush(stats).await,
             };
             if flushed.is_err() {
                 outcome = Outcome::ClientAbort;
             }
+        }
+        if !waited && !stats.waited && stats.end.get().is_none() {
+            stats.end.set(stats.answered);
         }
         let end = stats.ended();
         if !read_whole {
@@ -1847,6 +1995,23 @@ where
 /// fail with no response byte). Longer idle connections close at once.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_millis(250);
 
+/// [`Conn::release_idle`], on the connection's fields.
+fn release_buffers(
+    inbuf: &mut Buf,
+    upbuf: &mut Buf,
+    out: &mut Vec<u8>,
+    up_out: &mut Vec<u8>,
+    log: &mut LogHead,
+) {
+    inbuf.release();
+    upbuf.release();
+    crate::spare::give(std::mem::take(out));
+    crate::spare::give(std::mem::take(up_out));
+    log.release();
+    // The timers stay: re-arming one per request is what `Deadline`
+    // exists to avoid, and each is a hundred bytes.
+}
+
 /// Shutdown, for a connection idle since `idle_since`.
 async fn drained(rx: &mut watch::Receiver<bool>, idle_since: Instant) {
     shutdown_signal(rx).await;
@@ -1879,7 +2044,7 @@ fn write_interim(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ()> {
     let status = resp.code.unwrap_or(100);
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     let opts = connection_options(resp.headers);
-    write_fields(out, resp.headers, opts, &Default::default());
+    write_fields(out, raw, resp.headers, opts, &Default::default());
     out.extend_from_slice(b"\r\n");
     Ok(())
 }
@@ -1948,15 +2113,20 @@ fn write_response_head<U: Upstreams>(
     let resp = parse_head(raw, &mut slots)?;
     let status = resp.code.ok_or(())?;
     let http10 = resp.version == Some(0);
-    let opts = connection_options(resp.headers);
     if status == 101 && !plan.upgrade {
         return Err(());
     }
-    let ResponseFraming {
-        body,
-        length,
-        keep_alive: upstream_keepalive,
-    } = framing_with(status, http10, plan.head_request, resp.headers, opts).map_err(|_| ())?;
+    let HeadFields {
+        opts,
+        framing:
+            ResponseFraming {
+                body,
+                length,
+                keep_alive: upstream_keepalive,
+            },
+        has_server,
+        has_date,
+    } = head_fields(status, http10, plan.head_request, resp.headers).map_err(|_| ())?;
     let client_chunked = body == BodyFraming::Chunked && !plan.client_http10;
     // A refused upgrade closes: the client may already have sent bytes of
     // the protocol it asked for, which are no request.
@@ -1969,13 +2139,8 @@ fn write_response_head<U: Upstreams>(
     status_line(out, status, clean_reason(resp.reason.unwrap_or("")));
     let edits = &plan.fwd.response_edits;
     match plan.fwd.upstreams.response_rewrite() {
-        None => write_fields(out, resp.headers, opts, edits),
+        None => write_fields(out, raw, resp.headers, opts, edits),
         Some(rewrite) => write_fields_rewritten(out, resp.headers, opts, edits, Some(rewrite)),
-    }
-    let (mut has_server, mut has_date) = (false, false);
-    for h in resp.headers.iter() {
-        has_server |= h.name.eq_ignore_ascii_case("server");
-        has_date |= h.name.eq_ignore_ascii_case("date");
     }
     if let Some(server) = server
         && !has_server
@@ -2029,6 +2194,53 @@ fn write_response_head<U: Upstreams>(
     })
 }
 
+/// A request head's field slots (4 KiB) from a per-thread spare. They
+/// live across the router's `decide`, so on the stack they were part of
+/// the per-request future: 4 KiB more to allocate and move per request.
+struct RequestSlots<'b>(Vec<httparse::Header<'b>>);
+
+thread_local! {
+    static SPARE_SLOTS: std::cell::Cell<Vec<httparse::Header<'static>>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl<'b> RequestSlots<'b> {
+    /// The thread's spare, or a new one while another request holds it
+    /// (its router still deciding).
+    fn take() -> Self {
+        let spare = SPARE_SLOTS
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
+        let mut slots = relabel(spare);
+        if slots.capacity() < MAX_HEADERS_CAP {
+            slots = Vec::with_capacity(MAX_HEADERS_CAP);
+        }
+        RequestSlots(slots)
+    }
+
+    fn uninit(&mut self) -> &mut [std::mem::MaybeUninit<httparse::Header<'b>>] {
+        &mut self.0.spare_capacity_mut()[..MAX_HEADERS_CAP]
+    }
+}
+
+impl Drop for RequestSlots<'_> {
+    fn drop(&mut self) {
+        let slots = relabel(std::mem::take(&mut self.0));
+        let _ = SPARE_SLOTS.try_with(|s| s.set(slots));
+    }
+}
+
+/// An emptied vector of fields as one for fields of another lifetime,
+/// its memory kept: collecting nothing from a vector into one of a type
+/// of the same layout reuses its allocation (the standard library's
+/// in-place collect; `spare_slots_are_reused` checks it).
+fn relabel<'b>(mut v: Vec<httparse::Header<'_>>) -> Vec<httparse::Header<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> httparse::Header<'b> { unreachable!("the vector is empty") })
+        .collect()
+}
+
 /// Scans, parses, routes and (for a forward) writes the upstream head.
 async fn prepare<R: Router>(
     raw: &[u8],
@@ -2042,9 +2254,9 @@ async fn prepare<R: Router>(
         Ok(f) => f,
         Err(r) => return Plan::Refuse(r),
     };
-    let mut slots = header_slots();
+    let mut slots = RequestSlots::take();
     let mut req = httparse::Request::new(&mut []);
-    match req.parse_with_uninit_headers(raw, &mut slots) {
+    match req.parse_with_uninit_headers(raw, slots.uninit()) {
         Ok(httparse::Status::Complete(n)) if n == raw.len() => {}
         _ => return Plan::Refuse(Refusal::BadRequestLine),
     }
@@ -2148,7 +2360,7 @@ async fn prepare<R: Router>(
     if add_host && !fwd.request_edits.skips(b"host") {
         up_head.field(b"host", host.unwrap_or("").as_bytes());
     }
-    write_fields(up_head.buffer(), headers, opts, &fwd.request_edits);
+    write_fields(up_head.buffer(), raw, headers, opts, &fwd.request_edits);
     if let Some(u) = upgrade_value {
         up_head.field(b"upgrade", u);
         up_head.field(b"connection", b"upgrade");
@@ -2319,6 +2531,23 @@ mod tests {
         is_send(&fut);
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "serve future is {size} bytes");
+    }
+
+    /// The request slots go back to the thread and come out again with
+    /// the same memory: no allocation per request.
+    #[test]
+    fn spare_slots_are_reused() {
+        let at = {
+            let mut slots = RequestSlots::take();
+            assert!(slots.uninit().len() == MAX_HEADERS_CAP);
+            slots.0.as_ptr()
+        };
+        let again = RequestSlots::take();
+        assert_eq!(again.0.as_ptr(), at);
+        // Taken while another holds the spare: a new one.
+        let other = RequestSlots::take();
+        assert_ne!(other.0.as_ptr(), at);
+        assert!(other.0.capacity() >= MAX_HEADERS_CAP);
     }
 
     #[test]

@@ -55,18 +55,79 @@ pub(crate) fn framing_with(
     let mut chunked = false;
     for h in headers {
         if eq_lower(h.name.as_bytes(), b"content-length") {
-            let n = parse_length(trim_ows(h.value)).map_err(|_| "malformed Content-Length")?;
-            if length.is_some_and(|l| l != n) {
-                return Err("conflicting Content-Length");
-            }
-            length = Some(n);
+            read_length(&mut length, h.value)?;
         } else if eq_lower(h.name.as_bytes(), b"transfer-encoding") {
-            if chunked || !trim_ows(h.value).eq_ignore_ascii_case(b"chunked") {
-                return Err("a transfer coding other than chunked");
-            }
-            chunked = true;
+            read_coding(&mut chunked, h.value)?;
         }
     }
+    framing_of(status, http10, head_request, (length, chunked), opts)
+}
+
+fn read_length(length: &mut Option<u64>, value: &[u8]) -> Result<(), &'static str> {
+    let n = parse_length(trim_ows(value)).map_err(|_| "malformed Content-Length")?;
+    if length.is_some_and(|l| l != n) {
+        return Err("conflicting Content-Length");
+    }
+    *length = Some(n);
+    Ok(())
+}
+
+fn read_coding(chunked: &mut bool, value: &[u8]) -> Result<(), &'static str> {
+    if *chunked || !trim_ows(value).eq_ignore_ascii_case(b"chunked") {
+        return Err("a transfer coding other than chunked");
+    }
+    *chunked = true;
+    Ok(())
+}
+
+/// What the engine reads of a final response head's fields, in one walk
+/// over them: its `Connection` options, its framing, and whether it has
+/// its own `Server` and `Date`.
+pub(crate) struct HeadFields {
+    pub(crate) opts: ConnOptions,
+    pub(crate) framing: ResponseFraming,
+    pub(crate) has_server: bool,
+    pub(crate) has_date: bool,
+}
+
+/// [`HeadFields`] of a response with `status` (see [`response_framing`]).
+pub(crate) fn head_fields(
+    status: u16,
+    http10: bool,
+    head_request: bool,
+    headers: &[httparse::Header<'_>],
+) -> Result<HeadFields, &'static str> {
+    let mut opts = ConnOptions::default();
+    let (mut length, mut chunked) = (None, false);
+    let (mut has_server, mut has_date) = (false, false);
+    for h in headers {
+        let name = h.name.as_bytes();
+        // By length first: most names are none of these five.
+        match name.len() {
+            4 => has_date |= name.eq_ignore_ascii_case(b"date"),
+            6 => has_server |= name.eq_ignore_ascii_case(b"server"),
+            10 if eq_lower(name, b"connection") => opts.read(h.value),
+            14 if eq_lower(name, b"content-length") => read_length(&mut length, h.value)?,
+            17 if eq_lower(name, b"transfer-encoding") => read_coding(&mut chunked, h.value)?,
+            _ => {}
+        }
+    }
+    let framing = framing_of(status, http10, head_request, (length, chunked), opts)?;
+    Ok(HeadFields {
+        opts,
+        framing,
+        has_server,
+        has_date,
+    })
+}
+
+fn framing_of(
+    status: u16,
+    http10: bool,
+    head_request: bool,
+    (length, chunked): (Option<u64>, bool),
+    opts: ConnOptions,
+) -> Result<ResponseFraming, &'static str> {
     if chunked && length.is_some() {
         return Err("both Content-Length and Transfer-Encoding");
     }

@@ -39,41 +39,104 @@ pub(crate) fn connection_options(headers: &[httparse::Header<'_>]) -> ConnOption
         .iter()
         .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
     {
-        // Nearly every Connection field is one option: named without
-        // splitting the value.
-        let whole = crate::scan::trim_ows(h.value);
-        if eq_lower(whole, b"keep-alive") {
-            o.keep_alive = true;
-            continue;
-        }
-        if whole.eq_ignore_ascii_case(b"close") {
-            o.close = true;
-            continue;
-        }
-        for t in h.value.split(|&b| b == b',') {
-            let t = crate::scan::trim_ows(t);
-            if t.eq_ignore_ascii_case(b"close") {
-                o.close = true;
-            } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                o.keep_alive = true;
-            } else if t.eq_ignore_ascii_case(b"upgrade") {
-                o.upgrade = true;
-            } else if !t.is_empty() {
-                o.other = true;
-            }
-        }
+        o.read(h.value);
     }
     o
 }
 
-/// Copies the end-to-end fields of `headers` into `out`, then the edits.
+impl ConnOptions {
+    /// Adds the options of one `Connection` field's value.
+    pub(crate) fn read(&mut self, value: &[u8]) {
+        // Nearly every Connection field is one option: named without
+        // splitting the value.
+        let whole = crate::scan::trim_ows(value);
+        if eq_lower(whole, b"keep-alive") {
+            self.keep_alive = true;
+            return;
+        }
+        if whole.eq_ignore_ascii_case(b"close") {
+            self.close = true;
+            return;
+        }
+        for t in value.split(|&b| b == b',') {
+            let t = crate::scan::trim_ows(t);
+            if t.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if t.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else if !t.is_empty() {
+                self.other = true;
+            }
+        }
+    }
+}
+
+/// Copies the end-to-end fields of `headers`, parsed from the head
+/// `raw`, into `out`, then the edits. Fields kept one after another are
+/// copied as they came, their lines in one piece: a head's fields mostly
+/// go on unchanged, and a copy per name, separator, value and line end was
+/// four small copies per field. The lines are the head's own, which the
+/// parse checked (each field's line starts after a CRLF, none folded), so
+/// only the spacing around a value can differ from writing them anew.
 pub(crate) fn write_fields(
     out: &mut Vec<u8>,
+    raw: &[u8],
     headers: &[httparse::Header<'_>],
     options: ConnOptions,
     edits: &HeaderEdits,
 ) {
-    write_fields_rewritten(out, headers, options, edits, None);
+    let base = raw.as_ptr().addr();
+    // Where a field's line starts in `raw`.
+    let at = |name: &str| {
+        let at = name.as_ptr().addr().wrapping_sub(base);
+        raw.get(at..)
+            .is_some_and(|rest| rest.starts_with(name.as_bytes()))
+            .then_some(at)
+    };
+    let mark = out.len();
+    // Where the run of kept fields not yet copied starts.
+    let mut run = None;
+    for h in headers {
+        let name = h.name.as_bytes();
+        let kept = !(is_hop_by_hop(name)
+            || (options.other && !is_protected(name) && connection_lists(headers, name))
+            || (!edits.is_empty() && edits.skips(name)));
+        if kept == run.is_some() {
+            continue;
+        }
+        let here = at(h.name);
+        match (run.take(), here) {
+            (None, Some(here)) => run = Some(here),
+            (Some(start), Some(here)) if here >= start => {
+                out.extend_from_slice(&raw[start..here]);
+            }
+            // Not `raw`'s fields (no caller passes such): one by one.
+            _ => {
+                out.truncate(mark);
+                return write_fields_rewritten(out, headers, options, edits, None);
+            }
+        }
+    }
+    if let Some(start) = run {
+        // The last field's line ends at the first LF after its name: a
+        // value holds none.
+        let end = headers.last().and_then(|h| {
+            let name_end = at(h.name)? + h.name.len();
+            let lf = memchr::memchr(b'\n', &raw[name_end..])?;
+            Some(name_end + lf + 1)
+        });
+        match end {
+            Some(end) if end >= start => out.extend_from_slice(&raw[start..end]),
+            _ => {
+                out.truncate(mark);
+                return write_fields_rewritten(out, headers, options, edits, None);
+            }
+        }
+    }
+    // Checked when they were pushed.
+    out.extend_from_slice(edits.wire());
 }
 
 /// [`write_fields`], each copied field's value offered to `rewrite`
@@ -248,7 +311,7 @@ mod tests {
             .append(Bytes::from_static(b"bad name"), Bytes::from_static(b"v"))
             .append(Bytes::from_static(b"x-v"), Bytes::from_static(b"a\r\nb: c"));
         let mut out = Vec::new();
-        write_fields(&mut out, req.headers, opts, &edits);
+        write_fields(&mut out, raw, req.headers, opts, &edits);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Host: a\r\nX-Keep: k\r\nx-forwarded-for: 10.0.0.1\r\n"
@@ -260,11 +323,49 @@ mod tests {
             .set("x-keep", "a\r\nx-evil: 1")
             .set("x-forwarded-for", "10.0.0.2");
         let mut out = Vec::new();
-        write_fields(&mut out, req.headers, opts, &edits);
+        write_fields(&mut out, raw, req.headers, opts, &edits);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Host: a\r\nx-forwarded-for: 10.0.0.2\r\nx-added: 1\r\n"
         );
+    }
+
+    /// Kept fields go on as their lines came, a run of them in one copy,
+    /// the dropped ones cut out wherever they are, the last line to its
+    /// CRLF.
+    #[test]
+    fn kept_fields_are_copied_as_their_lines_came() {
+        let raw = b"GET / HTTP/1.1\r\nHost:a\r\nX-A:  1 \r\nConnection: close\r\n\
+            X-B: 2\r\nTE: trailers\r\nKeep-Alive: 5\r\nX-C:\r\nX-D: 4\r\n\r\n";
+        for last_dropped in [false, true] {
+            let raw: &[u8] = if last_dropped {
+                b"GET / HTTP/1.1\r\nX-A: 1\r\nX-B: 2\r\nTE: trailers\r\n\r\n"
+            } else {
+                raw
+            };
+            let mut slots = [httparse::EMPTY_HEADER; 16];
+            let mut req = httparse::Request::new(&mut slots);
+            req.parse(raw).unwrap();
+            let opts = connection_options(req.headers);
+            let mut out = b"GET / HTTP/1.1\r\n".to_vec();
+            let edits = HeaderEdits::default().set("x-b", "new");
+            write_fields(&mut out, raw, req.headers, opts, &edits);
+            let want: &[u8] = if last_dropped {
+                b"GET / HTTP/1.1\r\nX-A: 1\r\nx-b: new\r\n"
+            } else {
+                b"GET / HTTP/1.1\r\nHost:a\r\nX-A:  1 \r\nX-C:\r\nX-D: 4\r\nx-b: new\r\n"
+            };
+            assert_eq!(
+                out.escape_ascii().to_string(),
+                want.escape_ascii().to_string()
+            );
+            // Fields that are not `raw`'s are written one by one.
+            let mut out = Vec::new();
+            write_fields(&mut out, b"elsewhere", req.headers, opts, &edits);
+            let mut each = Vec::new();
+            write_fields_rewritten(&mut each, req.headers, opts, &edits, None);
+            assert_eq!(out, each);
+        }
     }
 
     /// A response rewrite sees each copied field (not those an edit

@@ -929,6 +929,29 @@ async fn shutdown_drains_at_the_request_boundary() {
     assert!(busy.closed().await);
 }
 
+/// A connection that waited between several requests, its buffers given
+/// back at each wait as it began, is still reached by shutdown and closed.
+#[tokio::test]
+async fn shutdown_reaches_a_connection_after_several_idle_waits() {
+    let (up, _rec) = backend(echo_path()).await;
+    let mut p = proxy(to(up), EngineConfig::default()).await;
+    let mut idle = Client::connect(p.addr).await;
+    for path in ["/a", "/b", "/c"] {
+        idle.send(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"))
+            .await;
+        let r = idle.response(false).await;
+        assert_eq!((r.status, r.text().as_str()), (200, path));
+        p.next_seen().await;
+        // Idle long enough to give its buffers back and wait.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past the grace a just-answered connection gets.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.shutdown.send(true).unwrap();
+    assert!(idle.closed().await);
+    assert!(idle.buf.is_empty());
+}
+
 #[tokio::test]
 async fn early_upstream_response_abandons_the_request_body() {
     // The backend answers 413 after the head, without reading the body.
