@@ -220,6 +220,12 @@ pub static ALLOWLIST: &[AnnotationSpec] = &[
         doc: "Redirect plain-HTTP requests for this Ingress's TLS hosts to HTTPS (308); on unless false, or unless the fleet runs with --ssl-redirect-default=false.",
     },
     AnnotationSpec {
+        key: "teapot.dev/alt-svc",
+        applies_to: &[ObjectKind::Ingress],
+        value: ValueType::Bool,
+        doc: "Advertise HTTP/3 (Alt-Svc) on this Ingress's HTTPS answers where the fleet serves it; on unless false.",
+    },
+    AnnotationSpec {
         key: "teapot.dev/max-body-size",
         applies_to: &[ObjectKind::Ingress],
         value: ValueType::Size {

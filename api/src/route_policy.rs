@@ -99,6 +99,12 @@ pub struct RouteTrafficPolicySpec {
     /// `proxy-buffering`, `proxy-buffer-size`, `proxy-buffers-number`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffering: Option<Buffering>,
+    /// `false`: the routes' HTTPS answers never advertise HTTP/3
+    /// (`Alt-Svc`), as an Ingress's `teapot.dev/alt-svc: "false"`. By
+    /// default they do wherever the fleet serves HTTP/3 and its path
+    /// answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alt_svc: Option<bool>,
 }
 
 /// The request body read before the backend is contacted, the response

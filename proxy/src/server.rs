@@ -89,6 +89,9 @@ pub struct ProxyConfig {
     /// replicas (crate::loops::fleet_exchange); `None`: each replica
     /// counts alone.
     pub fleet: Option<crate::loops::fleet_exchange::FleetConfig>,
+    /// `Alt-Svc` on HTTPS answers while HTTP/3 answers its self-probe
+    /// (with [`Self::http3`]; crate::plane::alt_svc).
+    pub alt_svc: crate::plane::alt_svc::AltSvcConfig,
 }
 
 /// What `teapot proxy` tells an operator about each request.
@@ -125,6 +128,7 @@ impl ProxyConfig {
             announce: None,
             dns: None,
             fleet: None,
+            alt_svc: crate::plane::alt_svc::AltSvcConfig::default(),
         }
     }
 }
@@ -255,6 +259,46 @@ fn start_dns(
         let _ = done_rx.await;
     });
     Ok((zone_task, server_task))
+}
+
+/// The HTTP/3 self-probe behind `Alt-Svc` (crate::plane::alt_svc), until
+/// the replica drains. It goes where clients are sent: the configured
+/// target, else the first status address at the advertised port, so a
+/// firewall or a TCP-only hop on that path withdraws the field.
+fn start_alt_svc(
+    config: &ProxyConfig,
+    advertiser: Arc<crate::plane::alt_svc::Advertiser>,
+    https: SocketAddr,
+    metrics: &Metrics,
+    drain: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    use crate::plane::alt_svc::{self, ProbeMetrics, ProbeTarget};
+    let alt = &config.alt_svc;
+    let port = alt.port.unwrap_or(https.port());
+    let target = alt.probe.clone().unwrap_or_else(|| {
+        let host = match config.compile.status_addresses.first() {
+            Some(address) => address.clone(),
+            None if https.ip().is_unspecified() => "127.0.0.1".to_string(),
+            None => https.ip().to_string(),
+        };
+        ProbeTarget { host, port }
+    });
+    let probe_metrics = ProbeMetrics::new()?;
+    probe_metrics.register(metrics.registry())?;
+    let client = alt_svc::probe_client()?;
+    tracing::info!(%target, alt_svc = advertiser.value(), "advertising HTTP/3 while it answers its probe");
+    let probe = move || {
+        let (target, client) = (target.clone(), client.clone());
+        async move { alt_svc::handshake(&target, &client).await }
+    };
+    tokio::spawn(alt_svc::run(
+        advertiser,
+        probe,
+        alt.interval,
+        Some(probe_metrics),
+        drain,
+    ));
+    Ok(())
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
@@ -406,7 +450,21 @@ pub async fn run(
         )),
         None => None,
     };
+    // Advertised from the first probe's success on, which starts once the
+    // HTTP/3 endpoint serves (below).
+    let advertiser = match (config.http3, bound.https) {
+        (true, Some(https)) if config.alt_svc.advertise => Some((
+            crate::plane::alt_svc::Advertiser::new(
+                config.alt_svc.port.unwrap_or(https.port()),
+                config.alt_svc.max_age,
+            ),
+            https,
+            drain_rx.clone(),
+        )),
+        _ => None,
+    };
     let router = Router::new(snapshots.clone(), metrics.clone(), config.upstream.clone())
+        .with_alt_svc(advertiser.as_ref().map(|(a, _, _)| a.clone()))
         .with_acme(acme_responder.clone())
         .with_edge(config.edge.clone())
         .with_tls(sni.clone())
@@ -500,13 +558,16 @@ pub async fn run(
     // shares the connection table (the caps hold for the replica) and
     // admits a TLS connection at accept, before its handshake, with the
     // same deadline.
+    // HTTP/3 serves the shared HTTPS listener's address only: a Gateway's
+    // own address advertises nothing.
+    let own_router = router.clone().with_alt_svc(None);
     let edge_serving: crate::plane::l4::manager::EdgeServing =
         Arc::new(crate::plane::serving::OwnListeners {
             app: Arc::new(
                 first
                     .sibling(
-                        h2_app(router.clone()),
-                        crate::plane::h1::engine(router.clone(), config.upstream_pool_size),
+                        h2_app(own_router.clone()),
+                        crate::plane::h1::engine(own_router, config.upstream_pool_size),
                     )
                     .with_pre_tls(Arc::new(shared_hook.admission_only())),
             ),
@@ -537,6 +598,9 @@ pub async fn run(
             return Err(ServeError::Tls("--http3 needs the HTTPS listener".into()).into());
         }
     };
+    if let Some((advertiser, https, drain)) = advertiser.filter(|_| http3.is_some()) {
+        start_alt_svc(&config, advertiser, https, &metrics, drain)?;
+    }
     apps.push(first);
     let apps: Vec<_> = apps
         .into_iter()

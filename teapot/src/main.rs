@@ -17,6 +17,7 @@
 mod acme_args;
 mod agent_cmd;
 mod allocator;
+mod alt_svc_args;
 mod announce_args;
 mod capi_cmd;
 mod demo;
@@ -133,6 +134,8 @@ struct ProxyArgs {
     dns: Box<dns_args::DnsArgs>,
     #[command(flatten)]
     fleet: fleet_args::FleetArgs,
+    #[command(flatten)]
+    alt_svc: alt_svc_args::AltSvcArgs,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -149,7 +152,7 @@ pub(crate) struct TuningArgs {
     /// Serve only HTTP/1.1 on the plain listener: a client's HTTP/2 preface is refused as a malformed HTTP/1 request (ingress-nginx's use-http2: "false").
     #[arg(long, conflicts_with = "h2c")]
     no_h2c: bool,
-    /// Serve HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP. Off by default; nothing advertises it (no Alt-Svc) yet.
+    /// Serve HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP. Off by default; advertised with Alt-Svc while it answers (--http3-advertise).
     #[arg(long)]
     http3: bool,
     /// HTTP/3: QUIC handshakes in flight on this replica past which a client that has not proven its address gets a Retry first (one round trip; stateless, so a flood of spoofed Initial packets holds no connection slot). 0: every client.
@@ -392,6 +395,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
     config.l4 = l4;
     config.observe = args.observe.config();
     config.fleet = args.fleet.config()?;
+    config.alt_svc = args.alt_svc.config();
     config
         .compile
         .tenant_gates

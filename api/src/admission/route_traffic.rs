@@ -114,10 +114,10 @@ pub fn route_traffic_value_errors(spec: &RouteTrafficPolicySpec) -> Vec<(String,
             }
         }
     }
-    if fields.is_empty() {
+    if fields.is_empty() && spec.alt_svc.is_none() {
         out.push((
             "spec".to_string(),
-            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient, customErrors, basicAuth, bandwidth, loadBalance, satisfy, authCache, backendHTTP or buffering"
+            "sets nothing: give clientAddresses, rateLimit, inFlightPerClient, customErrors, basicAuth, bandwidth, loadBalance, satisfy, authCache, backendHTTP, buffering or altSvc"
                 .to_string(),
         ));
     }
@@ -191,6 +191,7 @@ mod tests {
         let s = spec("targetRefs: []\nrateLimit: {burstMultiplier: 3}\n");
         assert_eq!(fields(&s), ["spec.rateLimit"]);
         assert_eq!(fields(&spec("targetRefs: []\n")), ["spec"]);
+        assert!(fields(&spec("targetRefs: []\naltSvc: false\n")).is_empty());
         let good = spec(
             "targetRefs: []\nclientAddresses: {allow: [10.0.0.0/8, 192.168.1.1]}\nrateLimit: {requestsPerSecond: 10, burstMultiplier: 2, exempt: [10.1.0.0/16]}\ninFlightPerClient: 20\n",
         );

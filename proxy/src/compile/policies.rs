@@ -99,6 +99,7 @@ impl<'a> Policies<'a> {
         use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
         const MAX_BODY: &str = "teapot.dev/max-body-size";
         const SSL_REDIRECT: &str = "teapot.dev/ssl-redirect";
+        const ALT_SVC: &str = "teapot.dev/alt-svc";
         const NGINX_BODY: &str = "nginx.ingress.kubernetes.io/proxy-body-size";
         const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
         const ERRORS: [&str; 2] = [
@@ -155,7 +156,21 @@ impl<'a> Policies<'a> {
             cluster,
             &mut problems,
         );
-        let wants_own = basic.is_some() || custom_headers.is_some();
+        // `teapot.dev/alt-svc: "false"`: its routes' answers never
+        // advertise HTTP/3 (crate::plane::alt_svc); on unless false.
+        let withhold_alt_svc = match all
+            .and_then(|a| a.get(ALT_SVC))
+            .map(|v| annotations::parse(ObjectKind::Ingress, ALT_SVC, v))
+        {
+            Some(Ok(AnnotationValue::Bool(on))) => !on,
+            // Not advertising is the side that breaks nothing.
+            Some(Err(e)) => {
+                problems.push(format!("{ALT_SVC}: {e}; HTTP/3 is not advertised"));
+                true
+            }
+            _ => false,
+        };
+        let wants_own = basic.is_some() || custom_headers.is_some() || withhold_alt_svc;
         let traffic =
             (!nginx.is_empty() || redirects_tls || wants_auth || wants_errors || wants_own)
                 .then(|| {
@@ -187,6 +202,9 @@ impl<'a> Policies<'a> {
                     }
                     if let Some(headers) = custom_headers {
                         policy.get_or_insert_default().custom_headers = Some(headers);
+                    }
+                    if withhold_alt_svc {
+                        policy.get_or_insert_default().withhold_alt_svc = true;
                     }
                     // `global-rate-limit` (crate::compile::global_rate).
                     if let Some(global) = crate::compile::global_rate::read(

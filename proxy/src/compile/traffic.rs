@@ -104,6 +104,9 @@ pub struct TrafficPolicy {
     /// `proxy-next-upstream*`: failed tries sent again
     /// (crate::compile::retry).
     pub retry: Option<Arc<teapot_h1::RetryPolicy>>,
+    /// `teapot.dev/alt-svc: "false"`: no `Alt-Svc` on this route's
+    /// answers (crate::plane::alt_svc).
+    pub withhold_alt_svc: bool,
 }
 
 /// ingress-nginx's external authentication, resolved: where the
@@ -537,6 +540,7 @@ impl NginxAnnotations {
             buffering: crate::compile::buffering::read(|name| self.get(name), problems),
             global_rate: None,
             retry: crate::compile::retry::read(|name| self.get(name), problems),
+            withhold_alt_svc: false,
         };
         let any = policy.access.is_some()
             || policy.rate.is_some()

@@ -140,18 +140,26 @@ impl teapot_h1::Router for Router {
             Routed::Forward(forward) => forward,
             Routed::Answer(answer, route) => {
                 let ids = self.ids(req, route.as_ref());
-                return H1Decision::Respond(self.local_answer(answer, ids.tag).await);
+                let mut respond = self.local_answer(answer, ids.tag).await;
+                if let Some(route) = &route {
+                    self.advertise(&mut respond, conn, route);
+                }
+                return H1Decision::Respond(respond);
             }
             Routed::Policy(answer, route) => {
                 let tag = self.ids(req, Some(&route)).tag;
-                return H1Decision::Respond(traffic::engines::h1_respond(answer, tag));
+                let mut respond = traffic::engines::h1_respond(answer, tag);
+                self.advertise(&mut respond, conn, &route);
+                return H1Decision::Respond(respond);
             }
             // The tenant's slot covered the page's fetch; the engine writes
             // the page (at most `MAX_PAGE_BYTES`) in one flush bounded by
             // the client write timeout, one per connection.
             Routed::ErrorPage(page, route, _tenant) => {
                 let tag = self.ids(req, Some(&route)).tag;
-                return H1Decision::Respond(page_respond(page, Some(tag)));
+                let mut respond = page_respond(page, Some(tag));
+                self.advertise(&mut respond, conn, &route);
+                return H1Decision::Respond(respond);
             }
             Routed::AcmeChallenge(answer) => {
                 let mut respond = Respond::new(200, "acme_challenge", answer);
@@ -167,8 +175,20 @@ impl teapot_h1::Router for Router {
             pages.request_id = ids.request_id.as_str().into();
             pages
         });
+        // `Alt-Svc` on the backend's answer and on teapot's own for it.
+        let alt_svc = self.alt_svc(conn, &forward.route).map(|a| a.field());
         if forward.gateway.as_ref().is_some_and(|g| g.h2c) || forward.upstream.protocol.is_h2() {
-            return H1Decision::Respond(self.local_answer(H2C_OVER_H1, ids.tag).await);
+            let mut respond = self.local_answer(H2C_OVER_H1, ids.tag).await;
+            respond
+                .headers
+                .extend_from_slice(alt_svc.unwrap_or_default());
+            return H1Decision::Respond(respond);
+        }
+        let mut cors: Vec<(Bytes, Bytes)> = traffic::cors::of_forward(forward.policy.as_deref())
+            .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
+            .collect();
+        if !cors.is_empty() {
+            cors.extend_from_slice(alt_svc.unwrap_or_default());
         }
         let mut fwd = H1Forward::via(Target {
             upstream: forward.upstream,
@@ -182,9 +202,8 @@ impl teapot_h1::Router for Router {
             _in_flight: self.metrics.request_started(),
             _client_in_flight: forward.policy.as_mut().and_then(|p| p.in_flight.take()),
             error_pages,
-            cors: traffic::cors::of_forward(forward.policy.as_deref())
-                .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from(v.clone())))
-                .collect(),
+            cors,
+            alt_svc: alt_svc.unwrap_or_default(),
             pacer: forward.policy.as_mut().and_then(|p| p.pacer.take()),
             buffering: forward.policy.as_ref().and_then(|p| p.buffering),
             held: None,
@@ -210,6 +229,9 @@ impl teapot_h1::Router for Router {
         fwd.tag = Some(ids.tag);
         let edits = (&mut fwd.request_edits, &mut fwd.response_edits);
         traffic::engines::h1_edits(edits.0, edits.1, forward.policy.as_deref());
+        if let Some([(name, value)]) = alt_svc {
+            fwd.response_edits.push_append(name, value);
+        }
         if forward
             .policy
             .as_ref()
@@ -240,7 +262,11 @@ impl teapot_h1::Router for Router {
             // The tenant's slot and the in-flight count go with it.
             let tag = fwd.tag.take().unwrap_or_default();
             drop(fwd);
-            return H1Decision::Respond(self.local_answer(answer, tag).await);
+            let mut respond = self.local_answer(answer, tag).await;
+            respond
+                .headers
+                .extend_from_slice(alt_svc.unwrap_or_default());
+            return H1Decision::Respond(respond);
         }
         H1Decision::Forward(fwd)
     }
@@ -461,6 +487,16 @@ impl Router {
     }
 }
 
+impl Router {
+    /// `Alt-Svc` on teapot's own answer about `route`
+    /// (crate::plane::alt_svc).
+    fn advertise(&self, respond: &mut Respond, conn: &ConnInfo, route: &Route) {
+        if let Some(alt) = self.alt_svc(conn, route) {
+            respond.headers.extend_from_slice(alt.field());
+        }
+    }
+}
+
 /// An error page as the engine's local answer; `tag` is the request's
 /// (the engine keeps a forwarded request's own).
 fn page_respond(page: traffic::errors::Page, tag: Option<Arc<str>>) -> Respond {
@@ -500,8 +536,12 @@ pub struct Target {
     /// `custom-http-errors`: the statuses replaced by the error backend's
     /// page and what it is told; `None` for every other route.
     error_pages: Option<Box<traffic::errors::ErrorPages>>,
-    /// The route's CORS fields, on the engine's own 502 and 504 too.
+    /// The route's CORS fields (and `Alt-Svc`, when there are some), on
+    /// the engine's own 502 and 504 too.
     cors: Vec<(Bytes, Bytes)>,
+    /// `Alt-Svc` on the engine's own answers for the request (a static
+    /// field: nothing allocated); empty when it carries none.
+    alt_svc: &'static [(Bytes, Bytes)],
     /// `limit-rate`: the response body's pace; `None` for every other
     /// route.
     pacer: Option<traffic::bandwidth::Pacer>,
@@ -580,7 +620,11 @@ impl Upstreams for Target {
     }
 
     fn local_fields(&self) -> &[(Bytes, Bytes)] {
-        &self.cors
+        if self.cors.is_empty() {
+            self.alt_svc
+        } else {
+            &self.cors
+        }
     }
 
     fn response_rewrite(&self) -> Option<&dyn teapot_h1::RewriteField> {
@@ -623,12 +667,15 @@ impl Upstreams for Target {
 
     fn replacement(&mut self, status: u16) -> impl Future<Output = Respond> + Send {
         let pages = self.error_pages.take();
+        let alt_svc = self.alt_svc;
         Box::pin(async move {
             let page = match &pages {
                 Some(pages) => pages.page(status).await,
                 None => traffic::errors::fallback(status),
             };
-            page_respond(page, None)
+            let mut respond = page_respond(page, None);
+            respond.headers.extend_from_slice(alt_svc);
+            respond
         })
     }
 

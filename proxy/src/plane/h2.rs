@@ -34,6 +34,7 @@ use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
 use teapot_h1::ConnInfo;
 
+use crate::compile::routes::Route;
 use crate::compile::upstream::Tried;
 use crate::plane::access_log::Entry;
 use crate::plane::decide::{self, Answer, Head, UNFORWARDABLE_PATH};
@@ -301,11 +302,18 @@ impl H2Server {
             headers: &parts.headers,
         };
         let forward = match pipeline::route(router, &request, conn).await {
-            Routed::Forward(forward) => forward,
+            Routed::Forward(forward) => {
+                self.advertise(st, conn, &forward.route);
+                forward
+            }
             Routed::Answer(answer, route) => {
+                if let Some(route) = &route {
+                    self.advertise(st, conn, route);
+                }
                 return self.answer(parts, st, answer, route.as_ref()).await;
             }
             Routed::Policy(answer, route) => {
+                self.advertise(st, conn, &route);
                 st.reason = Some(answer.reason);
                 self.ids(parts, st, Some(&route));
                 let fields = crate::plane::traffic::engines::h2_fields(&answer);
@@ -313,6 +321,7 @@ impl H2Server {
                 return out.answer(parts, answer.status, answer.body, &fields);
             }
             Routed::ErrorPage(page, route, tenant) => {
+                self.advertise(st, conn, &route);
                 st.reason = Some(page.reason);
                 // Held while the page is sent, as a forward's is.
                 st._tenant = tenant;
@@ -380,6 +389,14 @@ impl H2Server {
             crate::plane::h2c_upstream::forward(router, parts, conn, st).await
         } else {
             crate::plane::h2_upstream::forward(router, parts, conn, st).await
+        }
+    }
+
+    /// `Alt-Svc` on whatever answers a request about `route`
+    /// (crate::plane::alt_svc).
+    fn advertise(&self, st: &mut StreamCtx<'_>, conn: &ConnInfo, route: &Route) {
+        if let Some(alt) = self.router.alt_svc(conn, route) {
+            st.client.out.alt_svc = Some(alt.header_value());
         }
     }
 

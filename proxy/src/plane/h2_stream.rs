@@ -132,6 +132,7 @@ impl Client {
                 bytes: 0,
                 send_timeout,
                 pacer: None,
+                alt_svc: None,
             },
         }
     }
@@ -150,6 +151,7 @@ impl Client {
                 bytes: 0,
                 send_timeout,
                 pacer: None,
+                alt_svc: None,
             },
         }
     }
@@ -229,6 +231,10 @@ pub(super) struct Responder {
     /// `limit-rate`: the body's pace (crate::plane::traffic::bandwidth);
     /// `None` for every other route.
     pub pacer: Option<crate::plane::traffic::bandwidth::Pacer>,
+    /// `Alt-Svc`, added to the head whoever makes it (the backend's
+    /// answer, teapot's own, an error page): set once the request's route
+    /// is known (crate::plane::alt_svc).
+    pub alt_svc: Option<HeaderValue>,
 }
 
 /// Where the answer goes, by the client's protocol.
@@ -243,7 +249,10 @@ enum To {
 impl Responder {
     /// Sends the response head; `end`: there is no body. (HTTP/3 writes
     /// it with the first body bytes or at the stream's end: [`H3Send`].)
-    pub fn send_head(&mut self, resp: Response<()>, end: bool) -> Result<(), Failure> {
+    pub fn send_head(&mut self, mut resp: Response<()>, end: bool) -> Result<(), Failure> {
+        if let Some(alt_svc) = self.alt_svc.take() {
+            resp.headers_mut().append(http::header::ALT_SVC, alt_svc);
+        }
         let status = resp.status().as_u16();
         match &mut self.to {
             To::H2 { respond, send } => {

@@ -47,6 +47,7 @@
 pub mod accept;
 pub mod access_log;
 pub mod admin;
+pub mod alt_svc;
 pub mod backend_answer;
 mod buffering_h2;
 pub mod client_cert;

@@ -73,6 +73,10 @@ pub struct Router {
     /// host its connection's certificate does not serve.
     pub(super) tls: Option<Arc<crate::plane::tls::SniResolver>>,
     pub(super) observe: Observe,
+    /// `Alt-Svc` on HTTPS answers while HTTP/3 answers its self-probe
+    /// (crate::plane::alt_svc); `None`: never (no `--http3`, turned off,
+    /// or a listener HTTP/3 does not serve).
+    pub(super) alt_svc: Option<Arc<crate::plane::alt_svc::Advertiser>>,
 }
 
 /// The access log and whose request IDs are kept.
@@ -93,7 +97,31 @@ impl Router {
             edge: EdgeConfig::default(),
             tls: None,
             observe: Observe::default(),
+            alt_svc: None,
         }
+    }
+
+    /// Advertises HTTP/3 on HTTPS answers (crate::plane::alt_svc).
+    pub fn with_alt_svc(
+        mut self,
+        alt_svc: Option<Arc<crate::plane::alt_svc::Advertiser>>,
+    ) -> Router {
+        self.alt_svc = alt_svc;
+        self
+    }
+
+    /// Whether an answer about `route` on `conn` carries `Alt-Svc` now:
+    /// nothing is read past the first `None` or `false`, the probe's
+    /// state (one atomic) last.
+    #[inline]
+    pub(super) fn alt_svc(
+        &self,
+        conn: &ConnInfo,
+        route: &Route,
+    ) -> Option<&crate::plane::alt_svc::Advertiser> {
+        use crate::plane::alt_svc::{conn_advertises, route_advertises};
+        let alt = self.alt_svc.as_deref()?;
+        (route_advertises(route) && conn_advertises(conn) && alt.advertise()).then_some(alt)
     }
 
     /// The access log and request-ID trust (docs/operations.md).

@@ -14,4 +14,5 @@ mod chart_tools;
 
 mod charts;
 mod charts_gateway;
+mod charts_http3;
 mod charts_observability;

@@ -14,6 +14,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alt_svc_e2e;
 mod buffering_e2e;
 mod capacity_e2e;
 mod chunk_line_e2e;

@@ -237,6 +237,10 @@ fn traffic(
     {
         traffic.get_or_insert_default().global_rate = Some(global);
     }
+    // `altSvc: false` (crate::plane::alt_svc).
+    if policy.spec.alt_svc == Some(false) {
+        traffic.get_or_insert_default().withhold_alt_svc = true;
+    }
     if !problems.is_empty() {
         // The reader names the annotation; the tenant wrote the field.
         let renamed = problems
@@ -257,7 +261,10 @@ fn traffic(
         Some(traffic) => Ok(traffic),
         // Error pages or basic authentication alone: resolved by the
         // caller too.
-        None if policy.spec.custom_errors.is_some() || policy.spec.basic_auth.is_some() => {
+        None if policy.spec.custom_errors.is_some()
+            || policy.spec.basic_auth.is_some()
+            || policy.spec.alt_svc.is_some() =>
+        {
             Ok(TrafficPolicy::default())
         }
         None => Err(vec!["spec: sets nothing".to_string()]),
@@ -742,6 +749,26 @@ spec:
             problems[0].starts_with("spec.authCache.key:"),
             "{problems:?}"
         );
+    }
+
+    /// `altSvc: false` withholds `Alt-Svc` on its routes; `true` alone
+    /// is the default, not a policy that sets nothing.
+    #[test]
+    fn alt_svc_false_withholds_the_field_and_true_alone_is_accepted() {
+        let table = || Arc::new(crate::live::rate_table::RateTable::new(16));
+        let counts = crate::live::global_counts::GlobalCounts::default();
+        for (alt_svc, withheld) in [(Some(false), true), (Some(true), false)] {
+            let spec = RouteTrafficPolicySpec {
+                alt_svc,
+                ..RouteTrafficPolicySpec::default()
+            };
+            let p = RouteTrafficPolicy::new("p", spec);
+            let t = traffic(&p, "k", table, (&counts, "")).unwrap();
+            assert_eq!(t.withhold_alt_svc, withheld, "{alt_svc:?}");
+            assert!(t.refused.is_none() && t.access.is_none());
+        }
+        let p = RouteTrafficPolicy::new("p", RouteTrafficPolicySpec::default());
+        assert!(traffic(&p, "k", table, (&counts, "")).is_err());
     }
 
     #[test]
