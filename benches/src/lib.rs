@@ -809,7 +809,7 @@ mod tests {
         // Every (Service, port) referenced resolved to 3 endpoints.
         assert_eq!(report.backends.0.len(), expected_services(N));
         for b in &report.backends.0 {
-            assert_eq!(b.endpoints.len(), ENDPOINTS_PER_SERVICE, "{b:?}");
+            assert_eq!(b.endpoints.load().len(), ENDPOINTS_PER_SERVICE, "{b:?}");
             assert!(b.unavailable.is_none(), "{b:?}");
         }
     }
@@ -827,7 +827,7 @@ mod tests {
                 Some(name) => {
                     let u = got.unwrap_or_else(|| panic!("{class:?} {s:?} missed"));
                     assert_eq!(&u.name, name, "{class:?} {s:?}");
-                    assert_eq!(u.endpoints.len(), ENDPOINTS_PER_SERVICE, "{s:?}");
+                    assert_eq!(u.endpoints.load().len(), ENDPOINTS_PER_SERVICE, "{s:?}");
                     assert!(u.unavailable.is_none());
                 }
                 None => assert!(got.is_none(), "{class:?} {s:?} hit {:?}", got.unwrap().name),

@@ -79,6 +79,13 @@ pub fn load_dir(dir: &Path, previous: &Store) -> Loaded {
 pub struct FileCache {
     files: HashMap<PathBuf, CachedFile>,
     taken_over: usize,
+    /// What the last load may have changed: the keys of every file it
+    /// parsed again (before and after) and of every file gone; `None` when
+    /// unknown (the first load, an unreadable directory).
+    changed: Option<Vec<ObjectKey>>,
+    /// A file could not be read last time (its objects were kept, and
+    /// which they are is not cached): the next load's changes are unknown.
+    unread: bool,
 }
 
 #[derive(Debug)]
@@ -109,6 +116,13 @@ impl FileCache {
         self.taken_over
     }
 
+    /// The objects the last load may have changed (added, replaced or
+    /// removed): every other object is the previous store's, the same
+    /// `Arc`. `None` when that is not known.
+    pub fn changed(&self) -> Option<&[ObjectKey]> {
+        self.changed.as_deref()
+    }
+
     /// The clean entry for `file` whose text is `text`, and whose every
     /// object `previous` still holds from that file.
     fn unchanged(&self, file: &Path, text: &str, previous: &Store) -> Option<&CachedFile> {
@@ -136,6 +150,10 @@ fn text_hash(text: &str) -> u64 {
 pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> Loaded {
     let mut loaded = Loaded::default();
     let mut files = Vec::new();
+    // The first load changes everything.
+    let mut changed = (!cache.files.is_empty() && !cache.unread).then(Vec::new);
+    cache.changed = None;
+    cache.unread = true;
     if let Err(e) = collect_files(dir, &mut files) {
         loaded.problems.push(Problem {
             file: dir.to_path_buf(),
@@ -152,8 +170,16 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
     }
     files.sort();
     let mut texts: Vec<(PathBuf, usize, u64)> = Vec::with_capacity(files.len());
+    let mut parsed: Vec<PathBuf> = Vec::new();
+    let mut unread = false;
     cache.taken_over = 0;
-    for file in files {
+    let old_keys = |cache: &FileCache, file: &Path, changed: &mut Option<Vec<ObjectKey>>| {
+        if let (Some(changed), Some(cached)) = (changed.as_mut(), cache.files.get(file)) {
+            changed.extend(cached.keys.iter().map(|(key, _)| key.clone()));
+        }
+    };
+    for file in &files {
+        let file = file.clone();
         match std::fs::read_to_string(&file) {
             Ok(text) => {
                 match cache.unchanged(&file, &text, previous) {
@@ -161,11 +187,17 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
                         take_over(&file, cached, previous, &mut loaded);
                         cache.taken_over += 1;
                     }
-                    None => load_text(&file, &text, previous, &mut loaded),
+                    None => {
+                        old_keys(cache, &file, &mut changed);
+                        parsed.push(file.clone());
+                        load_text(&file, &text, previous, &mut loaded)
+                    }
                 }
                 texts.push((file, text.len(), text_hash(&text)));
             }
             Err(e) => {
+                unread = true;
+                changed = None;
                 let origin = Origin {
                     file: file.clone(),
                     document: 0,
@@ -188,6 +220,21 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
             .or_default()
             .push((key, origin.document));
     });
+    if let Some(changed) = changed.as_mut() {
+        let now: std::collections::HashSet<&Path> = files.iter().map(PathBuf::as_path).collect();
+        for (file, cached) in &cache.files {
+            if !now.contains(file.as_path()) {
+                changed.extend(cached.keys.iter().map(|(key, _)| key.clone()));
+            }
+        }
+        for file in &parsed {
+            if let Some(new) = keys.get(file.as_path()) {
+                changed.extend(new.iter().map(|(key, _)| key.clone()));
+            }
+        }
+    }
+    cache.changed = changed;
+    cache.unread = unread;
     cache.files = texts
         .into_iter()
         .map(|(file, len, hash)| {

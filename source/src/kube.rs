@@ -309,6 +309,9 @@ struct SourceState {
     /// Objects whose current version does not validate.
     problems: BTreeMap<ObjectKey, Problem>,
     watchers: Vec<WatcherState>,
+    /// Objects applied or removed since the last
+    /// [`KubeSource::snapshot_changes`] (at most one per stored object).
+    changed: HashSet<ObjectKey>,
 }
 
 struct WatcherState {
@@ -383,6 +386,19 @@ impl KubeSource {
             store: state.store.clone(),
             problems: state.problems.values().cloned().collect(),
         }
+    }
+
+    /// [`Self::snapshot`], with the objects applied or removed since the
+    /// last call (every other object is the previous snapshot's, the same
+    /// `Arc`). For the one reader that follows the source.
+    pub fn snapshot_changes(&self) -> (Loaded, Vec<ObjectKey>) {
+        let mut state = self.shared.state.lock();
+        let changed = std::mem::take(&mut state.changed).into_iter().collect();
+        let loaded = Loaded {
+            store: state.store.clone(),
+            problems: state.problems.values().cloned().collect(),
+        };
+        (loaded, changed)
     }
 }
 
@@ -596,6 +612,7 @@ impl SourceState {
     /// the last good version). Returns its key.
     fn apply(&mut self, kind: Kind, resource: &ApiResource, object: DynamicObject) -> ObjectKey {
         let key = key_of(kind, &object);
+        self.changed.insert(key.clone());
         let origin = origin_of(resource, &key);
         let parsed = to_value(resource, &object)
             .and_then(|value| validate::parse_document(kind, value, &key.namespace));
@@ -642,6 +659,7 @@ impl SourceState {
     }
 
     fn remove(&mut self, key: &ObjectKey) {
+        self.changed.insert(key.clone());
         self.store.remove(key);
         self.problems.remove(key);
     }

@@ -3,6 +3,7 @@
 //! (Service, port), reusing the last compile's upstreams for unchanged
 //! namespaces. The Ingress, Gateway API and L4 compiles all resolve here.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, NsRef, Store};
 use teapot_model::tenancy::Tenancy;
 
+use crate::compile::endpoint_sets::EndpointCells;
 use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::EndpointRegistry;
@@ -27,6 +29,10 @@ pub(crate) struct Resolver<'a> {
     cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
     /// Upstreams of unchanged namespaces, from the last compile.
     reuse: Reuse<'a>,
+    /// The endpoint cells of every upstream handed out, by Service, for
+    /// EndpointSlice changes that need no compile
+    /// (crate::compile::endpoint_sets).
+    cells: RefCell<EndpointCells>,
 }
 
 /// The EndpointSlices of one Service. Most Services have one slice; a Vec
@@ -98,11 +104,38 @@ impl<'a> Resolver<'a> {
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
     ) -> Resolver<'a> {
+        Resolver::with_slices(store, registry, tenancy, reuse, |_| true)
+    }
+
+    /// A resolver for the Services in `services` only: it reads their
+    /// EndpointSlices and no others (crate::compile::endpoint_sets).
+    pub(crate) fn for_services(
+        store: &'a Store,
+        registry: &'a EndpointRegistry,
+        tenancy: &'a Tenancy<'a>,
+        reuse: Reuse<'a>,
+        services: &hashbrown::HashSet<(&str, &str), foldhash::fast::RandomState>,
+    ) -> Resolver<'a> {
+        Resolver::with_slices(store, registry, tenancy, reuse, |key| {
+            services.contains(key)
+        })
+    }
+
+    fn with_slices(
+        store: &'a Store,
+        registry: &'a EndpointRegistry,
+        tenancy: &'a Tenancy<'a>,
+        reuse: Reuse<'a>,
+        wanted: impl Fn(&(&str, &str)) -> bool,
+    ) -> Resolver<'a> {
         let mut slices: FastHashMap<(&str, &str), Slices> =
             FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
         for (id, slice) in &store.endpoint_slices {
             if let Some(service) = slice.object.service_name() {
                 let key = (id.namespace.as_str(), service);
+                if !wanted(&key) {
+                    continue;
+                }
                 match slices.entry(key) {
                     hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
                     hashbrown::hash_map::Entry::Vacant(e) => {
@@ -118,6 +151,7 @@ impl<'a> Resolver<'a> {
             slices,
             cache: FastHashMap::default(),
             reuse,
+            cells: RefCell::default(),
         }
     }
 
@@ -179,7 +213,10 @@ impl<'a> Resolver<'a> {
                 .cloned()
         });
         let upstream = match reused.flatten() {
-            Some(u) => u,
+            Some(u) => {
+                self.cells.borrow_mut().record(namespace, name, &port, &u);
+                u
+            }
             None => Arc::new(self.resolve(namespace, name, &port)),
         };
         self.cache.insert(key, upstream.clone());
@@ -205,7 +242,10 @@ impl<'a> Resolver<'a> {
             .cache
             .iter()
             .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
-        crate::compile::parts::keep(inputs, tenants, lb_networks, upstreams, reused.len())
+        let mut parts =
+            crate::compile::parts::keep(inputs, tenants, lb_networks, upstreams, reused.len());
+        parts.set_cells(self.cells.into_inner());
+        parts
     }
 
     /// The first port of the Service `namespace/name` (ingress-nginx's
@@ -216,7 +256,22 @@ impl<'a> Resolver<'a> {
         ports.first().map(|p| p.port)
     }
 
+    /// The upstream of a Service port, from the store; its endpoint cell is
+    /// recorded for changes of the Service's EndpointSlices.
     pub(crate) fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
+        let upstream = self.resolve_unrecorded(namespace, name, port);
+        self.cells
+            .borrow_mut()
+            .record(namespace, name, port, &upstream);
+        upstream
+    }
+
+    pub(crate) fn resolve_unrecorded(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: &PortRef,
+    ) -> Upstream {
         let label = upstream_label(namespace, name, port);
         let unavailable = |why: String| Upstream::new(label.clone(), Vec::new(), Some(why));
         let Some(service) = self
@@ -356,7 +411,12 @@ impl Serialize for BackendView<'_> {
         // '/' or ':'.
         let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
         let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
-        let endpoints: Vec<String> = u.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        let endpoints: Vec<String> = u
+            .endpoints
+            .load()
+            .iter()
+            .map(|e| e.addr.to_string())
+            .collect();
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("namespace", namespace)?;
         map.serialize_entry("service", service)?;

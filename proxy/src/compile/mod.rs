@@ -63,6 +63,7 @@ pub mod client_auth;
 pub mod condition;
 pub mod custom_headers;
 pub mod domains;
+pub mod endpoint_sets;
 pub mod gateway;
 pub mod global_rate;
 pub mod hash_by;
@@ -576,7 +577,7 @@ spec:
             .lookup("www.beta-corp.test", "/")
             .expect("routed for beta");
         assert_eq!(
-            upstream.upstream.endpoints[0].addr.ip().to_string(),
+            upstream.upstream.endpoints.load()[0].addr.ip().to_string(),
             "10.2.0.6"
         );
         assert!(

@@ -33,6 +33,7 @@ use teapot_api::Tenant;
 use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, Store};
 
+use crate::compile::endpoint_sets::EndpointCells;
 use crate::compile::upstream::Upstream;
 
 /// The parts of the last compile, for the next. Start with
@@ -43,6 +44,9 @@ pub struct CompiledParts {
     lb_networks: Vec<IpNet>,
     namespaces: FastHashMap<String, NamespacePart>,
     reused: usize,
+    /// Every upstream's endpoint cell, by Service: where an EndpointSlice
+    /// change is stored without a compile (crate::compile::endpoint_sets).
+    cells: EndpointCells,
 }
 
 impl CompiledParts {
@@ -54,6 +58,15 @@ impl CompiledParts {
     /// Namespaces the last compile keeps parts for.
     pub fn namespaces(&self) -> usize {
         self.namespaces.len()
+    }
+
+    /// The endpoint cells of the last compile's upstreams.
+    pub fn cells(&self) -> &EndpointCells {
+        &self.cells
+    }
+
+    pub(crate) fn set_cells(&mut self, cells: EndpointCells) {
+        self.cells = cells;
     }
 
     /// The upstream the last compile kept for a Service port, if any.
@@ -150,6 +163,13 @@ pub(crate) struct Reuse<'p> {
 }
 
 impl<'p> Reuse<'p> {
+    /// Nothing to reuse.
+    pub(crate) fn none() -> Reuse<'p> {
+        Reuse {
+            namespaces: FastHashMap::default(),
+        }
+    }
+
     /// The namespaces of `previous` whose inputs are unchanged in `now`.
     pub(crate) fn new(
         previous: &'p CompiledParts,
@@ -221,6 +241,7 @@ pub(crate) fn keep(
         lb_networks: lb_networks.to_vec(),
         namespaces,
         reused,
+        cells: EndpointCells::default(),
     }
 }
 
@@ -393,7 +414,7 @@ mod tests {
                     .clone()
             })
             .collect();
-        assert_eq!(before[0].endpoints.len(), 4);
+        assert_eq!(before[0].endpoints.load().len(), 4);
 
         world.change(1, 1);
         reload(
@@ -416,6 +437,7 @@ mod tests {
                 .upstream("tenant-t1", "web", "http")
                 .unwrap()
                 .endpoints
+                .load()
                 .len(),
             6
         );

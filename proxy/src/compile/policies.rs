@@ -964,7 +964,7 @@ ports: [{{name: '', port: 9000}}]
         let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = custom("acme").expect("acme pages");
         assert_eq!(&*acme.codes, &[404, 503]);
-        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        let addrs: Vec<_> = acme.upstream.endpoints.load().iter().map(|e| e.addr).collect();
         assert_eq!(addrs, vec!["10.1.0.8:9000".parse().unwrap()]);
         assert_eq!(acme.upstream.name, format!("tenant-acme/{errors}:8081"));
         // The error backend is told the tenant's own names.
@@ -975,7 +975,7 @@ ports: [{{name: '', port: 9000}}]
         assert_eq!(&*acme.mirrored_from, "shop");
         // The same name, looked up in globex's own namespace only.
         let globex = custom("globex").expect("globex's pages");
-        assert!(globex.upstream.endpoints.is_empty());
+        assert!(globex.upstream.endpoints.load().is_empty());
         assert!(
             condition("globex").contains("not found"),
             "{}",
@@ -1045,7 +1045,7 @@ ports: [{{name: '', port: 9090}}]
         };
         let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = auth("acme");
-        let addrs: Vec<_> = acme.upstream.endpoints.iter().map(|e| e.addr).collect();
+        let addrs: Vec<_> = acme.upstream.endpoints.load().iter().map(|e| e.addr).collect();
         assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);
         assert_eq!(&*acme.path, "/check");
         assert_eq!(&*acme.authority, "auth.shop.svc.cluster.local:4180");
@@ -1064,14 +1064,14 @@ ports: [{{name: '', port: 9090}}]
         );
         let globex = auth("globex");
         assert_eq!(
-            globex.upstream.endpoints[0].addr,
+            globex.upstream.endpoints.load()[0].addr,
             "10.2.0.7:8080".parse().unwrap()
         );
         assert!(!std::sync::Arc::ptr_eq(&acme.gate, &globex.gate));
         // Outside the tenant's nodes (refused: 503), or no such Service
         // (no endpoint: 500): reported on the Ingress, never forwarded.
         let initech = auth("initech");
-        assert!(initech.upstream.endpoints.is_empty());
+        assert!(initech.upstream.endpoints.load().is_empty());
         assert!(initech.refused.is_some());
         assert!(
             condition("initech").contains("auth-url"),
@@ -1079,7 +1079,7 @@ ports: [{{name: '', port: 9090}}]
             condition("initech")
         );
         let umbrella = auth("umbrella");
-        assert!(umbrella.upstream.endpoints.is_empty() && umbrella.refused.is_none());
+        assert!(umbrella.upstream.endpoints.load().is_empty() && umbrella.refused.is_none());
         assert!(
             condition("umbrella").contains("not found"),
             "{}",

@@ -9,9 +9,17 @@
 //! over TLS (crate::live::upstream_tls). An Ingress's `backend-protocol`
 //! makes its own copy of the shared (Service, port) upstream with the same
 //! endpoints (the same health) and its protocol.
+//!
+//! The endpoints sit in an [`EndpointCell`] that every copy shares: an
+//! EndpointSlice change stores the Service port's new endpoints there, in
+//! place, without a compile (crate::compile::endpoint_sets). A request
+//! loads the set once per pick.
 
+use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use arc_swap::{ArcSwap, Guard};
 
 use crate::live::endpoints::Endpoint;
 use crate::live::upstream_tls::UpstreamTls;
@@ -46,12 +54,112 @@ impl Protocol {
     }
 }
 
+/// One version of an upstream's endpoints. `version` tells a request's
+/// [`Tried`] that the indices it holds belong to another set.
+#[derive(Debug)]
+pub struct EndpointSet {
+    endpoints: Box<[Arc<Endpoint>]>,
+    version: u64,
+}
+
+impl Deref for EndpointSet {
+    type Target = [Arc<Endpoint>];
+    fn deref(&self) -> &[Arc<Endpoint>] {
+        &self.endpoints
+    }
+}
+
+impl EndpointSet {
+    fn new(endpoints: Vec<Arc<Endpoint>>) -> EndpointSet {
+        static VERSIONS: AtomicU64 = AtomicU64::new(1);
+        EndpointSet {
+            endpoints: endpoints.into_boxed_slice(),
+            version: VERSIONS.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// The endpoints of one upstream and of every copy made from it
+/// ([`Upstream::speaking`]), swappable in place.
+#[derive(Debug)]
+pub struct EndpointCell {
+    set: ArcSwap<EndpointSet>,
+    /// A compile built something from this set's contents (an L4 rotation,
+    /// a report listing them): a change of them then needs a compile.
+    compiled_from: AtomicBool,
+}
+
+impl EndpointCell {
+    fn new(endpoints: Vec<Arc<Endpoint>>) -> EndpointCell {
+        EndpointCell {
+            set: ArcSwap::from_pointee(EndpointSet::new(endpoints)),
+            compiled_from: AtomicBool::new(false),
+        }
+    }
+
+    /// The endpoints now (request path: no reference count is taken).
+    pub fn load(&self) -> Guard<Arc<EndpointSet>> {
+        self.set.load()
+    }
+
+    /// The endpoints now, for a compile that builds from them: marks the
+    /// cell so that a change of them is compiled rather than stored.
+    pub fn compile_from(&self) -> Arc<EndpointSet> {
+        self.compiled_from.store(true, Ordering::Relaxed);
+        self.set.load_full()
+    }
+
+    pub fn is_compiled_from(&self) -> bool {
+        self.compiled_from.load(Ordering::Relaxed)
+    }
+
+    /// Puts `endpoints` in place of the current set.
+    pub fn store(&self, endpoints: Vec<Arc<Endpoint>>) {
+        self.set.store(Arc::new(EndpointSet::new(endpoints)));
+    }
+
+    /// Whether the current set holds exactly these endpoints, in order.
+    pub fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
+        let set = self.set.load();
+        set.len() == endpoints.len() && set.iter().zip(endpoints).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
+/// An endpoint [`Upstream::pick`] chose, borrowed from the set it was
+/// chosen from (`.clone()` gives the `Arc<Endpoint>`).
+pub struct Picked {
+    set: Guard<Arc<EndpointSet>>,
+    index: usize,
+}
+
+impl Picked {
+    /// Its index in the set it was picked from.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Deref for Picked {
+    type Target = Arc<Endpoint>;
+    fn deref(&self) -> &Arc<Endpoint> {
+        &self.set[self.index]
+    }
+}
+
+impl std::fmt::Debug for Picked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
 /// The endpoints behind one `(Service, port)` backend reference.
 #[derive(Debug)]
 pub struct Upstream {
     /// `namespace/service:port`, for logs and status.
     pub name: String,
-    pub endpoints: Box<[Arc<Endpoint>]>,
+    /// Shared with every copy of this upstream; an EndpointSlice change
+    /// replaces its contents in place.
+    pub endpoints: Arc<EndpointCell>,
     next: AtomicUsize,
     /// Why there is no endpoint, when there is none.
     pub unavailable: Option<String>,
@@ -60,21 +168,37 @@ pub struct Upstream {
     pub protocol: Protocol,
 }
 
-/// Endpoints already tried by one request (first 64 by index).
+/// Endpoints already tried by one request (first 64 by index), in the
+/// endpoint set they index. When the set is replaced between two tries the
+/// marks no longer name the same endpoints: they are dropped, and the tries
+/// made still count (an endpoint that refused was ejected, so a pick passes
+/// over it anyway).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Tried(u64);
+pub struct Tried {
+    marks: u64,
+    version: u64,
+    before: u32,
+}
 
 impl Tried {
     fn has(self, i: usize) -> bool {
-        i < 64 && self.0 & (1 << i) != 0
+        i < 64 && self.marks & (1 << i) != 0
     }
     fn add(&mut self, i: usize) {
         if i < 64 {
-            self.0 |= 1 << i;
+            self.marks |= 1 << i;
+        }
+    }
+    /// Follows `set`: marks made in another set are dropped.
+    fn follow(&mut self, set: &EndpointSet) {
+        if self.version != set.version {
+            self.before += self.marks.count_ones();
+            self.marks = 0;
+            self.version = set.version;
         }
     }
     pub fn count(self) -> u32 {
-        self.0.count_ones()
+        self.before + self.marks.count_ones()
     }
 }
 
@@ -86,7 +210,7 @@ impl Upstream {
     ) -> Upstream {
         Upstream {
             name,
-            endpoints: endpoints.into_boxed_slice(),
+            endpoints: Arc::new(EndpointCell::new(endpoints)),
             next: AtomicUsize::new(0),
             unavailable,
             refused: Vec::new(),
@@ -99,7 +223,7 @@ impl Upstream {
     pub fn speaking(&self, protocol: Protocol) -> Upstream {
         Upstream {
             name: self.name.clone(),
-            endpoints: self.endpoints.clone(),
+            endpoints: Arc::clone(&self.endpoints),
             next: AtomicUsize::new(0),
             unavailable: self.unavailable.clone(),
             refused: self.refused.clone(),
@@ -116,14 +240,33 @@ impl Upstream {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.endpoints.is_empty()
+        self.endpoints.load().is_empty()
     }
 
     /// Next endpoint round-robin, skipping ones this request tried and ones
     /// that are ejected. When every untried endpoint is ejected, the first
     /// of them is tried anyway: a request that might succeed beats a 503.
-    pub fn pick(&self, tried: &mut Tried) -> Option<&Arc<Endpoint>> {
-        let n = self.endpoints.len();
+    pub fn pick(&self, tried: &mut Tried) -> Option<Picked> {
+        let set = self.endpoints.load();
+        self.pick_in(set, None, tried)
+    }
+
+    fn pick_in(
+        &self,
+        set: Guard<Arc<EndpointSet>>,
+        preferred: Option<usize>,
+        tried: &mut Tried,
+    ) -> Option<Picked> {
+        tried.follow(&set);
+        if let Some(i) = preferred
+            && let Some(e) = set.get(i)
+            && !tried.has(i)
+            && !e.is_ejected()
+        {
+            tried.add(i);
+            return Some(Picked { set, index: i });
+        }
+        let n = set.len();
         if n == 0 {
             return None;
         }
@@ -134,33 +277,22 @@ impl Upstream {
             if tried.has(i) {
                 continue;
             }
-            if !self.endpoints[i].is_ejected() {
+            if !set[i].is_ejected() {
                 tried.add(i);
-                return Some(&self.endpoints[i]);
+                return Some(Picked { set, index: i });
             }
             fallback.get_or_insert(i);
         }
         let i = fallback?;
         tried.add(i);
-        Some(&self.endpoints[i])
+        Some(Picked { set, index: i })
     }
 
     /// [`Self::pick`], trying `preferred` (an index: the endpoint a client sticks to)
     /// first while it is untried and not ejected.
-    pub fn pick_preferring(
-        &self,
-        preferred: Option<usize>,
-        tried: &mut Tried,
-    ) -> Option<&Arc<Endpoint>> {
-        if let Some(i) = preferred
-            && let Some(e) = self.endpoints.get(i)
-            && !tried.has(i)
-            && !e.is_ejected()
-        {
-            tried.add(i);
-            return Some(e);
-        }
-        self.pick(tried)
+    pub fn pick_preferring(&self, preferred: Option<usize>, tried: &mut Tried) -> Option<Picked> {
+        let set = self.endpoints.load();
+        self.pick_in(set, preferred, tried)
     }
 }
 
@@ -192,7 +324,7 @@ mod tests {
     fn ejected_endpoints_are_skipped_and_retries_move_on() {
         let r = EndpointRegistry::default();
         let u = upstream(3, &r);
-        u.endpoints[1].eject();
+        u.endpoints.load()[1].eject();
         for _ in 0..6 {
             assert_ne!(u.pick(&mut Tried::default()).unwrap().addr.port(), 1001);
         }
@@ -212,22 +344,54 @@ mod tests {
     fn all_ejected_still_tries() {
         let r = EndpointRegistry::default();
         let u = upstream(2, &r);
-        u.endpoints[0].eject();
-        u.endpoints[1].eject();
+        u.endpoints.load()[0].eject();
+        u.endpoints.load()[1].eject();
         assert!(u.pick(&mut Tried::default()).is_some());
-        u.endpoints[0].mark_healthy();
-        assert!(!u.endpoints[0].is_ejected());
+        u.endpoints.load()[0].mark_healthy();
+        assert!(!u.endpoints.load()[0].is_ejected());
     }
 
     #[test]
     fn health_survives_recompiles() {
         let r = EndpointRegistry::default();
         let first = upstream(1, &r);
-        first.endpoints[0].eject();
+        first.endpoints.load()[0].eject();
         let second = upstream(1, &r);
-        assert!(second.endpoints[0].is_ejected());
+        assert!(second.endpoints.load()[0].is_ejected());
         drop((first, second));
         r.prune();
-        assert!(!upstream(1, &r).endpoints[0].is_ejected());
+        assert!(!upstream(1, &r).endpoints.load()[0].is_ejected());
+    }
+
+    #[test]
+    fn copies_share_the_set_and_see_it_replaced() {
+        let r = EndpointRegistry::default();
+        let u = upstream(2, &r);
+        let h2 = u.speaking(Protocol::H2c);
+        u.endpoints
+            .store(r.endpoints(&[SocketAddr::from(([127, 0, 0, 1], 2000))]));
+        for _ in 0..3 {
+            assert_eq!(h2.pick(&mut Tried::default()).unwrap().addr.port(), 2000);
+        }
+    }
+
+    #[test]
+    fn tries_in_a_replaced_set_still_count_and_marks_move_to_the_new_one() {
+        let r = EndpointRegistry::default();
+        let u = upstream(3, &r);
+        let mut tried = Tried::default();
+        let first = u.pick(&mut tried).unwrap().clone();
+        // The set changes between two tries of one request: the index of
+        // the first try means nothing in the new set.
+        let addrs = [1000u16, 1001, 1002, 1003].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+        u.endpoints.store(r.endpoints(&addrs));
+        assert_eq!(first.addr.port(), 1000);
+        let mut seen = Vec::new();
+        while let Some(e) = u.pick(&mut tried) {
+            seen.push(e.addr);
+        }
+        assert_eq!(tried.count(), 5, "one try in the old set, four in the new");
+        seen.sort();
+        assert_eq!(seen, addrs);
     }
 }

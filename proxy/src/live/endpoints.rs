@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -75,6 +75,8 @@ impl Endpoint {
 pub struct EndpointRegistry {
     known: Mutex<HashMap<SocketAddr, Weak<Endpoint>, foldhash::fast::RandomState>>,
     tls: Mutex<HashMap<u64, Weak<UpstreamTls>, foldhash::fast::RandomState>>,
+    /// Endpoints known after the last prune.
+    pruned_to: AtomicUsize,
 }
 
 impl EndpointRegistry {
@@ -99,6 +101,17 @@ impl EndpointRegistry {
             .collect()
     }
 
+    /// [`Self::prune`] once the endpoints known have doubled since the
+    /// last one: endpoint changes stored without a compile add addresses
+    /// (every restarted pod's), and a prune walks all of them, so its cost
+    /// is spread over as many changes as it walks.
+    pub fn prune_when_grown(&self) {
+        let known = self.known.lock().len();
+        if known > 2 * self.pruned_to.load(Ordering::Relaxed) + 1024 {
+            self.prune();
+        }
+    }
+
     /// The TLS configuration of `settings`: the live one a snapshot
     /// already uses (its sessions resume, its pooled connections are
     /// reused), or a new one.
@@ -117,6 +130,7 @@ impl EndpointRegistry {
     pub fn prune(&self) {
         let mut known = self.known.lock();
         known.retain(|_, w| w.strong_count() > 0);
+        self.pruned_to.store(known.len(), Ordering::Relaxed);
         drop(known);
         self.tls.lock().retain(|_, w| w.strong_count() > 0);
     }

@@ -27,6 +27,7 @@ use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, 
 use tokio::sync::watch;
 
 use crate::compile::acme::AcmeInputs;
+use crate::compile::endpoint_sets::{self, Refreshed};
 use crate::compile::parts::CompiledParts;
 use crate::compile::snapshot::SnapshotHandle;
 use crate::compile::{CompileOptions, compile_incremental};
@@ -165,10 +166,23 @@ impl Reloader {
         options
     }
 
-    /// One full load -> compile -> swap. Returns the new generation.
+    /// One load, then either the endpoint sets updated in place (when only
+    /// EndpointSlices changed, crate::compile::endpoint_sets) or a compile
+    /// and swap. Returns the generation serving.
     pub fn reload(&self) -> u64 {
+        self.load_and_apply(true)
+    }
+
+    /// One load -> compile -> swap, whatever changed: another loop's state
+    /// the compile reads did.
+    pub fn reload_compiling(&self) -> u64 {
+        self.load_and_apply(false)
+    }
+
+    fn load_and_apply(&self, endpoints_in_place: bool) -> u64 {
+        let started = std::time::Instant::now();
         let mut state = self.state.lock();
-        let mut loaded = match &self.source {
+        let (mut loaded, changed) = match &self.source {
             Source::Dir(dir) => {
                 // Only the watcher's start reads it; later loads follow
                 // the watcher's own fingerprints.
@@ -176,14 +190,19 @@ impl Reloader {
                     state.loaded = Some(fingerprint(dir));
                 }
                 let state = &mut *state;
-                load_dir_cached(dir, &state.store, &mut state.files)
+                let loaded = load_dir_cached(dir, &state.store, &mut state.files);
+                (loaded, state.files.changed().map(<[_]>::to_vec))
             }
             // Before every watch has listed, the store is a partial
             // picture: serving it would drop routes that do exist.
             Source::Kube(kube) if !kube.is_synced() => return state.generation,
-            Source::Kube(kube) => kube.snapshot(),
+            Source::Kube(kube) => {
+                let (loaded, changed) = kube.snapshot_changes();
+                (loaded, Some(changed))
+            }
         };
         let state = &mut *state;
+        let load_ms = started.elapsed().as_secs_f64() * 1e3;
         teapot_model::tenancy::admit_cached(
             &mut loaded,
             &state.store,
@@ -192,10 +211,46 @@ impl Reloader {
             &mut state.verdicts,
         );
         state.files.settle(&loaded.problems);
-        log_problems(&loaded.problems, &mut state.problems);
+        let problems_changed = log_problems(&loaded.problems, &mut state.problems);
         self.metrics
             .manifest_problems
             .set(loaded.problems.len() as i64);
+        if endpoints_in_place
+            && state.generation > 0
+            && !problems_changed
+            && let Some(services) = changed
+                .as_deref()
+                .and_then(|keys| endpoint_sets::slice_services(keys, &state.store, &loaded.store))
+        {
+            let refresh_started = std::time::Instant::now();
+            let refreshed = endpoint_sets::refresh(
+                &loaded.store,
+                &services,
+                &self.options,
+                &self.registry,
+                &state.parts,
+            );
+            match refreshed {
+                Refreshed::Stored(cells) => {
+                    state.store = loaded.store;
+                    self.registry.prune_when_grown();
+                    self.metrics.endpoint_updates_total.inc();
+                    tracing::info!(
+                        generation = state.generation,
+                        services = services.len(),
+                        cells,
+                        load_ms,
+                        refresh_ms = refresh_started.elapsed().as_secs_f64() * 1e3,
+                        update_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "endpoints updated in place"
+                    );
+                    return state.generation;
+                }
+                Refreshed::NeedsCompile(why) => {
+                    tracing::debug!(why, "an EndpointSlice change needs a compile");
+                }
+            }
+        }
         state.generation += 1;
         let snapshot = compile_incremental(
             &loaded.store,
@@ -278,7 +333,9 @@ impl Reloader {
                         _ = shutdown.wait_for(|s| *s) => return,
                     }
                     let task = r.clone();
-                    if let Err(e) = tokio::task::spawn_blocking(move || task.reload()).await {
+                    if let Err(e) =
+                        tokio::task::spawn_blocking(move || task.reload_compiling()).await
+                    {
                         r.metrics.reload_failures_total.inc();
                         tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
                     }
@@ -373,7 +430,8 @@ fn route_exists(store: &Store, route: &str) -> bool {
         || store.grpc_routes.contains_key(&id)
 }
 
-fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {
+/// Logs the problems not logged before; returns whether the set changed.
+fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) -> bool {
     let mut now = HashSet::with_capacity(problems.len());
     for p in problems {
         let line = p.to_string();
@@ -390,5 +448,7 @@ fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) {
         }
         now.insert(line);
     }
+    let changed = now != *seen;
     *seen = now;
+    changed
 }

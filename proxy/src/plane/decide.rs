@@ -565,7 +565,7 @@ spec:
         let edge = EdgeConfig::default();
         match decide(&s, &edge, &head("A.example:80", "/x")) {
             Decision::Forward(f) => {
-                assert_eq!(f.upstream.endpoints.len(), 1);
+                assert_eq!(f.upstream.endpoints.load().len(), 1);
                 assert!(f.tenant.is_none(), "operator namespace: no tenant gate");
             }
             Decision::Answer(a, _) => panic!("{a:?}"),

@@ -559,12 +559,13 @@ pub struct Target {
 }
 
 impl Target {
-    fn endpoint(&self, addr: SocketAddr) -> Option<&crate::live::endpoints::Endpoint> {
+    fn endpoint(&self, addr: SocketAddr) -> Option<Arc<crate::live::endpoints::Endpoint>> {
         self.upstream
             .endpoints
+            .load()
             .iter()
             .find(|e| e.addr == addr)
-            .map(|e| &**e)
+            .cloned()
     }
 }
 
@@ -577,7 +578,7 @@ impl Upstreams for Target {
             .upstream
             .pick_preferring(self.preferred, &mut self.tried)?;
         if let Some(measure) = &mut self.ewma {
-            measure.start(endpoint);
+            measure.start(&endpoint);
         }
         Some(endpoint.addr)
     }
@@ -594,7 +595,7 @@ impl Upstreams for Target {
     }
 
     fn new_try(&mut self, again: bool) -> bool {
-        let endpoints = self.upstream.endpoints.len();
+        let endpoints = self.upstream.endpoints.load().len();
         crate::plane::h2_upstream::new_try(&mut self.tried, endpoints, again)
     }
 

@@ -346,7 +346,7 @@ pub(super) async fn after_try(
     };
     let verdict = policy.decide(tries, failed, tokio::time::Instant::now());
     if let Verdict::Retry(wait) = verdict {
-        let endpoints = upstream.endpoints.len();
+        let endpoints = upstream.endpoints.load().len();
         if !new_try(&mut st.tried, endpoints, policy.same_endpoint_again) {
             return Some(Verdict::Last);
         }
@@ -361,7 +361,7 @@ pub(super) async fn after_try(
 /// Whether a retry would find an endpoint to send the request to: one
 /// not tried yet, or any with `again` (see [`new_try`]).
 pub(super) fn endpoint_left(st: &StreamCtx<'_>, upstream: &Upstream, again: bool) -> bool {
-    again || (st.tried.count() as usize) < upstream.endpoints.len().min(64)
+    again || (st.tried.count() as usize) < upstream.endpoints.load().len().min(64)
 }
 
 /// Whether a final answer with `status` is held back, not relayed: the
@@ -480,7 +480,7 @@ pub(super) fn another_endpoint(
     e: &OpenFailed,
 ) -> bool {
     failed(router, st, upstream, endpoint, e);
-    st.tried.count() < (upstream.endpoints.len() as u32).min(router.options.max_connect_attempts)
+    st.tried.count() < (upstream.endpoints.load().len() as u32).min(router.options.max_connect_attempts)
 }
 
 /// Counts and logs a failed connect, and ejects the endpoint; a failed

@@ -34,6 +34,9 @@ pub struct Metrics {
     pub certificate_not_after: IntGaugeVec,
     pub manifest_problems: IntGauge,
     pub reloads_total: IntCounter,
+    /// EndpointSlice changes stored into the live endpoint sets without a
+    /// compile (crate::compile::endpoint_sets).
+    pub endpoint_updates_total: IntCounter,
     /// Reloads that failed (the compile panicked); the previous snapshot
     /// kept serving.
     pub reload_failures_total: IntCounter,
@@ -139,6 +142,10 @@ impl Metrics {
                 "Documents skipped in the last load because they did not parse or validate",
             )?,
             reloads_total: IntCounter::new("reloads_total", "Snapshots compiled and swapped in")?,
+            endpoint_updates_total: IntCounter::new(
+                "endpoint_updates_total",
+                "EndpointSlice changes applied to the live endpoint sets without a compile",
+            )?,
             reload_failures_total: IntCounter::new(
                 "reload_failures_total",
                 "Reloads that failed; the previous snapshot kept serving",
@@ -241,6 +248,8 @@ impl Metrics {
         m.registry.register(Box::new(m.routes.clone()))?;
         m.registry.register(Box::new(m.manifest_problems.clone()))?;
         m.registry.register(Box::new(m.reloads_total.clone()))?;
+        m.registry
+            .register(Box::new(m.endpoint_updates_total.clone()))?;
         m.registry
             .register(Box::new(m.reload_failures_total.clone()))?;
         m.registry.register(Box::new(m.in_flight.clone()))?;

@@ -20,6 +20,7 @@ mod capacity_e2e;
 mod chunk_line_e2e;
 mod custom_errors_e2e;
 mod custom_headers_e2e;
+mod endpoint_updates_e2e;
 mod error_page_bounds_e2e;
 mod fail_closed_e2e;
 mod global_rate_limit_e2e;

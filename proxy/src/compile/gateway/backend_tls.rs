@@ -706,7 +706,7 @@ mod tests {
                 let upstream = &route.upstream;
                 (
                     upstream.protocol.tls().map(|t| t.h2()),
-                    upstream.endpoints.len(),
+                    upstream.endpoints.load().len(),
                 )
             })
         };
@@ -771,7 +771,7 @@ mod tests {
                         .map_or("-".into(), |c| c["reason"].as_str().unwrap().to_string())
                 })
                 .collect();
-            (presented, upstream.endpoints.len(), resolved)
+            (presented, upstream.endpoints.load().len(), resolved)
         };
         assert_eq!(
             compile(&[("gw", Some("mtls"))]),

@@ -531,7 +531,7 @@ mod tests {
         let (backends, _, conditions) = rule_of(&s);
         let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
         let auth = traffic.auth.as_ref().expect("authentication");
-        assert_eq!(auth.upstream.endpoints.len(), 1);
+        assert_eq!(auth.upstream.endpoints.load().len(), 1);
         let terms = traffic.auth_terms.as_ref().unwrap();
         assert_eq!(&*terms.path_prefix, "/check");
         assert_eq!(terms.response_headers[0].as_str(), "x-user");
@@ -541,7 +541,7 @@ mod tests {
         );
         let (backends, _, conditions) = rule_of(&s);
         let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
-        assert!(traffic.auth.as_ref().unwrap().upstream.endpoints.is_empty());
+        assert!(traffic.auth.as_ref().unwrap().upstream.endpoints.load().is_empty());
         let text = conditions.to_string();
         assert!(
             text.contains("ExternalAuth Service infra/missing with port 80 not found"),

@@ -1195,7 +1195,7 @@ spec:
         ));
         let grpc = upstream_of(&s, "grpc.example");
         assert!(matches!(grpc.protocol, Protocol::H2c));
-        assert_eq!(grpc.endpoints.len(), 1, "the same endpoints");
+        assert_eq!(grpc.endpoints.load().len(), 1, "the same endpoints");
         let https = upstream_of(&s, "https.example");
         let tls = https.protocol.tls().expect("TLS");
         assert!(!tls.h2());

@@ -158,7 +158,7 @@ pub fn weighted(
 ) -> (Arc<Upstream>, Option<Arc<Refusals>>) {
     let empty: u64 = backends
         .iter()
-        .filter(|(_, u)| u.endpoints.is_empty())
+        .filter(|(_, u)| u.endpoints.compile_from().is_empty())
         .map(|(w, _)| u64::from(*w))
         .sum();
     let total: u64 = backends.iter().map(|(w, _)| u64::from(*w)).sum::<u64>() + u64::from(invalid);
@@ -169,7 +169,7 @@ pub fn weighted(
 fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
     let live: Vec<&(u32, Arc<Upstream>)> = backends
         .iter()
-        .filter(|(w, u)| *w > 0 && !u.endpoints.is_empty())
+        .filter(|(w, u)| *w > 0 && !u.endpoints.compile_from().is_empty())
         .collect();
     if let [(_, only)] = live.as_slice() {
         return only.clone();
@@ -189,14 +189,20 @@ fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
     }
     // Each endpoint's share: weight / endpoints, made integral over the
     // product of the endpoint counts (bounded below).
-    let counts: u64 = live
+    // The rotation is built from the endpoints now: their cells are
+    // marked, so that a change of them is compiled, not stored in place.
+    let sets: Vec<_> = live
         .iter()
-        .map(|(_, u)| u.endpoints.len() as u64)
+        .map(|(_, u)| u.endpoints.compile_from())
+        .collect();
+    let counts: u64 = sets
+        .iter()
+        .map(|set| set.len() as u64)
         .fold(1, |a, n| a.saturating_mul(n).min(1 << 20));
     let mut shares: Vec<(u64, &Arc<crate::live::endpoints::Endpoint>)> = Vec::new();
-    for (w, u) in &live {
-        let each = (*w as u64).saturating_mul(counts) / u.endpoints.len() as u64;
-        for e in u.endpoints.iter() {
+    for ((w, _), set) in live.iter().zip(&sets) {
+        let each = (*w as u64).saturating_mul(counts) / set.len() as u64;
+        for e in set.iter() {
             shares.push((each.max(1), e));
         }
     }
@@ -253,10 +259,14 @@ fn rotation(label: String, backends: &[(u32, Arc<Upstream>)]) -> Arc<Upstream> {
 /// checks probe and draining compares with.
 pub fn union(label: &str, sni: &SniRoutes) -> Arc<Upstream> {
     let mut seen = std::collections::HashSet::new();
-    let endpoints = sni
+    let sets: Vec<_> = sni
         .entries
         .iter()
-        .flat_map(|(_, c, _)| c.0.endpoints.iter())
+        .map(|(_, c, _)| c.0.endpoints.compile_from())
+        .collect();
+    let endpoints = sets
+        .iter()
+        .flat_map(|set| set.iter())
         .filter(|e| seen.insert(e.addr))
         .cloned()
         .collect();
@@ -330,6 +340,7 @@ mod tests {
         );
         let of = |base: u8| {
             u.endpoints
+                .load()
                 .iter()
                 .filter(|e| matches!(e.addr.ip(), IpAddr::V4(v) if v.octets()[2] == base))
                 .count()
@@ -340,6 +351,7 @@ mod tests {
         // Smooth: the light backend comes early, not after all the others.
         let light = u
             .endpoints
+            .load()
             .iter()
             .position(|e| e.addr.ip().to_string() == "10.0.2.0");
         assert!(matches!(light, Some(0..=3)), "{light:?}");
@@ -355,7 +367,7 @@ mod tests {
         let (u, refusals) = weighted("r".into(), &[(1, one.clone()), (0, endpoints(5, 1))], 0);
         assert!(Arc::ptr_eq(&u, &one) && refusals.is_none());
         let (none, refusals) = weighted("r".into(), &[(1, endpoints(6, 0))], 0);
-        assert!(none.endpoints.is_empty() && none.unavailable.is_some());
+        assert!(none.endpoints.load().is_empty() && none.unavailable.is_some());
         assert!(refusals.is_some_and(|r| (0..5).all(|_| r.refuse_next())));
     }
 }

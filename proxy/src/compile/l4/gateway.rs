@@ -1392,6 +1392,7 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
         let rotation: Vec<String> = db
             .upstream
             .endpoints
+            .load()
             .iter()
             .map(|e| e.addr.to_string())
             .collect();
@@ -1405,14 +1406,14 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
             ]
         );
         let dns = &table.listeners[&key(53, Protocol::Udp)];
-        assert_eq!(dns.upstream.endpoints[0].addr.to_string(), "127.0.0.4:2053");
+        assert_eq!(dns.upstream.endpoints.load()[0].addr.to_string(), "127.0.0.4:2053");
         let tls = &table.listeners[&key(8443, Protocol::Tcp)];
         let sni = tls
             .sni
             .as_ref()
             .expect("a passthrough listener chooses by SNI");
         let (site, refusals) = sni.choose(Some("site.example.com")).expect("routed");
-        assert_eq!(site.endpoints[0].addr.to_string(), "127.0.0.5:10443");
+        assert_eq!(site.endpoints.load()[0].addr.to_string(), "127.0.0.5:10443");
         // Its ungranted backend's half of the connections is refused.
         let refusals = refusals.as_ref().expect("a refused share");
         assert_eq!((0..4).filter(|_| refusals.refuse_next()).count(), 2);
@@ -1473,7 +1474,7 @@ spec:
             .unwrap()
             .choose(Some("db.example.com"))
             .expect("routed");
-        assert_eq!(db.0.endpoints[0].addr.to_string(), "127.0.0.2:15432");
+        assert_eq!(db.0.endpoints.load()[0].addr.to_string(), "127.0.0.2:15432");
         assert!(db.1.is_none());
     }
 
@@ -1813,7 +1814,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
             pass.0.protocol.tls().is_none(),
             "passthrough: the client's TLS reaches the backend as it is"
         );
-        assert_eq!(pass.0.endpoints.len(), 1);
+        assert_eq!(pass.0.endpoints.load().len(), 1);
         assert!(sni.choose_entry(Some("x.example.com")).is_none());
     }
 
@@ -1899,7 +1900,7 @@ spec: {cluster: acme, nodeCIDRs: [10.1.0.0/24], l4: {pool: edge}}
         );
         let table = &s.l4.as_ref().unwrap().table;
         let db = &table.listeners[&tcp_key(g, 5432)];
-        assert!(db.upstream.endpoints.is_empty(), "{:?}", db.upstream);
+        assert!(db.upstream.endpoints.load().is_empty(), "{:?}", db.upstream);
         let sni = table.listeners[&tcp_key(g, 8443)].sni.clone().unwrap();
         assert!(sni.choose(Some("shop.acme.lb.example.net")).is_none());
         assert!(sni.choose(Some("site.example.com")).is_some());

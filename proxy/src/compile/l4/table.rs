@@ -385,6 +385,7 @@ pub(super) fn build<'s>(
                             port_name: port_name.to_string(),
                             endpoints: upstream
                                 .endpoints
+                                .compile_from()
                                 .iter()
                                 .map(|e| e.addr.to_string())
                                 .collect(),
@@ -1214,7 +1215,10 @@ endpoints: [{}]
             Arc::ptr_eq(&v6.upstream, &v4.upstream),
             "one upstream per port"
         );
-        assert_eq!(v4.upstream.endpoints[0].addr.to_string(), "127.0.0.1:5353");
+        assert_eq!(
+            v4.upstream.endpoints.load()[0].addr.to_string(),
+            "127.0.0.1:5353"
+        );
 
         // Both addresses of the pool hold db's ports: the annotated
         // Service asking the same ports finds none free.

@@ -102,7 +102,7 @@ impl HealthChecks {
             if key.protocol != Protocol::Tcp {
                 continue;
             }
-            for e in route.upstream.endpoints.iter() {
+            for e in route.upstream.endpoints.load().iter() {
                 let opts = route.options.health;
                 want.entry(e.addr)
                     .and_modify(|(o, _)| {

@@ -692,11 +692,14 @@ impl EventLoop {
         }
         // Every table sends every listener its route; only an endpoint
         // that left it sends its connections into their drain.
-        let left = old
-            .upstream
-            .endpoints
-            .iter()
-            .any(|e| !route.upstream.endpoints.iter().any(|n| n.addr == e.addr));
+        let left = old.upstream.endpoints.load().iter().any(|e| {
+            !route
+                .upstream
+                .endpoints
+                .load()
+                .iter()
+                .any(|n| n.addr == e.addr)
+        });
         if !left {
             return;
         }
@@ -707,7 +710,12 @@ impl EventLoop {
                 continue;
             }
             if let Phase::Relay { endpoint } = conn.phase
-                && !route.upstream.endpoints.iter().any(|e| e.addr == endpoint)
+                && !route
+                    .upstream
+                    .endpoints
+                    .load()
+                    .iter()
+                    .any(|e| e.addr == endpoint)
             {
                 conn.drain_by = Some(drain_by);
                 arm.push(i);
@@ -918,7 +926,7 @@ impl EventLoop {
         let max = self.ctx.config.connect_attempts.max(1);
         while attempts < max {
             attempts += 1;
-            let Some(endpoint) = upstream.pick(&mut tried).cloned() else {
+            let Some(endpoint) = upstream.pick(&mut tried).map(|e| Arc::clone(&e)) else {
                 break;
             };
             let mut socket = match connect_started(endpoint.addr) {
@@ -1552,7 +1560,7 @@ mod tests {
             assert_eq!(exchange(addr, &[i; 3]).await, vec![i; 3]);
         }
         assert!(ctx.metrics.tcp_connect_failures_total.get() >= 1);
-        assert!(route.upstream.endpoints[0].is_ejected());
+        assert!(route.upstream.endpoints.load()[0].is_ejected());
     }
 
     #[tokio::test]

@@ -214,7 +214,7 @@ async fn read_hello(client: &mut TcpStream) -> Result<(Vec<u8>, Option<String>),
 async fn connect(ctx: &Context, upstream: &Arc<Upstream>, label: &str) -> Option<TcpStream> {
     let mut tried = Tried::default();
     for _ in 0..ctx.config.connect_attempts.max(1) {
-        let Some(endpoint) = upstream.pick(&mut tried).cloned() else {
+        let Some(endpoint) = upstream.pick(&mut tried).map(|e| Arc::clone(&e)) else {
             break;
         };
         match tokio::time::timeout(

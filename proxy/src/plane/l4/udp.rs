@@ -306,7 +306,7 @@ pub(super) async fn serve(
                         "UDP flows of clients outside the Service's new source ranges dropped");
                 }
                 let dropped = table.lock().retain_endpoints(|e| {
-                    route.upstream.endpoints.iter().any(|x| x.addr == e)
+                    route.upstream.endpoints.load().iter().any(|x| x.addr == e)
                 });
                 if dropped > 0 {
                     tracing::info!(listener = %key, flows = dropped,
@@ -373,7 +373,7 @@ pub(super) async fn serve(
 }
 
 fn eject(route: &Route, addr: SocketAddr) {
-    if let Some(e) = route.upstream.endpoints.iter().find(|e| e.addr == addr) {
+    if let Some(e) = route.upstream.endpoints.load().iter().find(|e| e.addr == addr) {
         e.eject();
     }
 }

@@ -87,7 +87,7 @@ pub fn pick_backend<'a>(action: &'a Action, cookies: Option<&[u8]>) -> Option<&'
     let serves = |b: &Backend, named: Option<&[u8]>| {
         b.weight > 0
             && b.route.as_ref().is_ok_and(|r| {
-                r.upstream.endpoints.iter().any(|e| {
+                r.upstream.endpoints.load().iter().any(|e| {
                     !e.is_ejected() && named.is_none_or(|v| cookie_value(e.addr).as_bytes() == v)
                 })
             })
@@ -113,6 +113,7 @@ impl Affinity {
         cookie(cookies, &self.cookie).is_some_and(|value| {
             upstream
                 .endpoints
+                .load()
                 .iter()
                 .any(|e| cookie_value(e.addr).as_bytes() == value)
         })
@@ -124,6 +125,7 @@ impl Affinity {
         if let Some(value) = cookie(cookies, &self.cookie)
             && let Some(i) = upstream
                 .endpoints
+                .load()
                 .iter()
                 .position(|e| !e.is_ejected() && cookie_value(e.addr).as_bytes() == value)
         {
@@ -133,10 +135,7 @@ impl Affinity {
             });
         }
         let chosen = upstream.pick(&mut Tried::default())?;
-        let endpoint = upstream
-            .endpoints
-            .iter()
-            .position(|e| std::ptr::eq(&**e, &**chosen))?;
+        let endpoint = chosen.index();
         let mut set = format!(
             "{}={}; Path={}",
             self.cookie,
@@ -298,7 +297,7 @@ mod tests {
             persistence: persistence.map(Into::into),
         };
         let name = |b: &Backend| {
-            let endpoints = &b.route.as_ref().unwrap().upstream.endpoints;
+            let endpoints = b.route.as_ref().unwrap().upstream.endpoints.load();
             endpoints.first().map_or(0, |e| e.addr.port())
         };
         let on_second = format!("pin={}", cookie_value(SocketAddr::from(([10, 0, 0, 1], 4))));

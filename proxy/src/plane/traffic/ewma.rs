@@ -23,7 +23,7 @@ pub fn choose(upstream: &Upstream) -> Option<usize> {
 }
 
 fn choose_with(upstream: &Upstream, mut random: impl FnMut(usize) -> usize) -> Option<usize> {
-    let endpoints = &upstream.endpoints;
+    let endpoints = upstream.endpoints.load();
     let n = endpoints.len();
     if n < 2 {
         return None;
@@ -101,7 +101,7 @@ mod tests {
     fn a_slow_endpoint_gets_fewer_requests() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, 4);
-        for (i, e) in up.endpoints.iter().enumerate() {
+        for (i, e) in up.endpoints.load().iter().enumerate() {
             let ms = if i == 2 { 200 } else { 1 };
             e.latency.record(Duration::from_millis(ms));
         }
@@ -123,14 +123,14 @@ mod tests {
     fn the_lower_score_of_the_two_wins_and_ejected_ones_lose() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, 2);
-        up.endpoints[0].latency.record(Duration::from_millis(50));
-        up.endpoints[1].latency.record(Duration::from_millis(5));
+        up.endpoints.load()[0].latency.record(Duration::from_millis(50));
+        up.endpoints.load()[1].latency.record(Duration::from_millis(5));
         for _ in 0..100 {
             assert_eq!(choose(&up), Some(1));
         }
-        up.endpoints[1].eject();
+        up.endpoints.load()[1].eject();
         assert_eq!(choose(&up), Some(0));
-        up.endpoints[0].eject();
+        up.endpoints.load()[0].eject();
         assert_eq!(choose(&up), None);
         let one = upstream(&EndpointRegistry::default(), 1);
         assert_eq!(choose(&one), None);
@@ -140,9 +140,9 @@ mod tests {
     fn the_two_candidates_are_distinct() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, 3);
-        up.endpoints[0].latency.record(Duration::from_millis(9));
+        up.endpoints.load()[0].latency.record(Duration::from_millis(9));
         // random() answering 0 both times still compares 0 with 1.
-        up.endpoints[1].latency.record(Duration::from_millis(1));
+        up.endpoints.load()[1].latency.record(Duration::from_millis(1));
         assert_eq!(choose_with(&up, |_| 0), Some(1));
     }
 
@@ -152,10 +152,10 @@ mod tests {
         let up = upstream(&registry, 1);
         let mut m = Measure::default();
         m.answered();
-        assert_eq!(up.endpoints[0].latency.score(), 0.0);
-        m.start(&up.endpoints[0]);
+        assert_eq!(up.endpoints.load()[0].latency.score(), 0.0);
+        m.start(&up.endpoints.load()[0]);
         std::thread::sleep(Duration::from_millis(2));
         m.answered();
-        assert!(up.endpoints[0].latency.score() > 0.0);
+        assert!(up.endpoints.load()[0].latency.score() > 0.0);
     }
 }

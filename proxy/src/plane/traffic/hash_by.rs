@@ -76,7 +76,7 @@ impl HashBy {
     /// The endpoint of `upstream` (an index) the request with `key` is
     /// tried on first; `None` when the upstream has none.
     pub fn choose(&self, upstream: &Upstream, key: u64) -> Option<usize> {
-        let endpoints = &upstream.endpoints;
+        let endpoints = upstream.endpoints.load();
         // While every endpoint is ejected, they all score: the engines'
         // own pick falls back to an ejected one alike.
         let all_out = endpoints.iter().all(|e| e.is_ejected());
@@ -230,7 +230,7 @@ mod tests {
     fn removing_an_endpoint_moves_only_its_keys() {
         let registry = EndpointRegistry::default();
         let ten = upstream(&registry, 10);
-        let mut nine_endpoints = ten.endpoints.to_vec();
+        let mut nine_endpoints = ten.endpoints.load().to_vec();
         nine_endpoints.remove(3);
         let nine = Upstream::new("ns/web:80".into(), nine_endpoints, None);
         let h = HashBy::parse("$request_uri", None).unwrap();
@@ -238,12 +238,12 @@ mod tests {
         let keys = 10_000u64;
         for k in 0..keys {
             let key = Fnv(k).0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let before = ten.endpoints[h.choose(&ten, key).unwrap()].addr;
-            let after = nine.endpoints[h.choose(&nine, key).unwrap()].addr;
+            let before = ten.endpoints.load()[h.choose(&ten, key).unwrap()].addr;
+            let after = nine.endpoints.load()[h.choose(&nine, key).unwrap()].addr;
             *per_endpoint.entry(before).or_insert(0u64) += 1;
             if before != after {
                 assert_eq!(
-                    before, ten.endpoints[3].addr,
+                    before, ten.endpoints.load()[3].addr,
                     "a key of a kept endpoint moved"
                 );
                 moved += 1;
@@ -265,7 +265,7 @@ mod tests {
         let h = HashBy::parse("$request_uri", None).unwrap();
         let key = 42;
         let first = h.choose(&up, key).unwrap();
-        up.endpoints[first].eject();
+        up.endpoints.load()[first].eject();
         let second = h.choose(&up, key).unwrap();
         assert_ne!(first, second);
     }

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Endpoint changes at scale, from outside, in manifests mode: N Ingresses
+(100 per namespace, one Service and one EndpointSlice each; a namespace's
+EndpointSlices in a file of their own), each teapot binary given in turn.
+
+Measures, per binary and size:
+  - written -> served: one EndpointSlice file rewritten to point at another
+    backend, until a request on that Ingress's host is answered by it
+    (probing on fresh connections every 1 ms);
+  - the CPU the proxy spent on that one change (no probing; process CPU over
+    the second after the write, less the same window at rest);
+  - a burst of RATE changes/s over different namespaces for SECONDS: p99 of
+    written -> served and the proxy's CPU share of one core.
+
+Usage: endpoint-churn.py --sizes 10000,100000 --json out.json NAME=BINARY...
+"""
+import argparse, json, os, shutil, socket, subprocess, sys, tempfile, threading, time
+
+PER_NS = 100
+
+
+def backend_server(port_holder, name):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1024)
+    port_holder.append(s.getsockname()[1])
+    body = name.encode()
+    resp = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+
+    def serve(c):
+        try:
+            c.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            c.sendall(resp)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def loop():
+        while True:
+            c, _ = s.accept()
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def slice_doc(ns, i, port):
+    return (
+        f"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, namespace: {ns}, "
+        f"labels: {{kubernetes.io/service-name: s{i}}}}}\naddressType: IPv4\n"
+        f"ports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]\n"
+    )
+
+
+def write_world(d, n, port):
+    namespaces = n // PER_NS
+    for k in range(namespaces):
+        ns = f"ns{k}"
+        docs = []
+        for i in range(PER_NS):
+            docs.append(
+                f"apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+            )
+            docs.append(
+                f"apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i{i}, namespace: {ns}}}\n"
+                f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: h{i}.{ns}.bench.test\n"
+                f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
+            )
+        with open(os.path.join(d, f"{ns}-routes.yaml"), "w") as f:
+            f.write("---\n".join(docs))
+        write_slices(d, k, port)
+    return namespaces
+
+
+def write_slices(d, k, port, stage=None):
+    ns = f"ns{k}"
+    text = "---\n".join(slice_doc(ns, i, port) for i in range(PER_NS))
+    stage = stage or d + ".stage"
+    os.makedirs(stage, exist_ok=True)
+    tmp = os.path.join(stage, f"{ns}-slices.yaml")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, os.path.join(d, f"{ns}-slices.yaml"))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def get(port, host, path="/", timeout=2.0):
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        c.sendall(f"GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        c.close()
+        return data
+    except OSError:
+        return b""
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metric(admin, name):
+    text = get(admin, "localhost", "/metrics").decode(errors="replace")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_served(http, host, want, deadline):
+    while time.monotonic() < deadline:
+        if get(http, host).endswith(want):
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def run_one(binary, n, ports, rate, seconds):
+    d = tempfile.mkdtemp(prefix="ep-churn-")
+    manifests = os.path.join(d, "m")
+    os.makedirs(manifests)
+    namespaces = write_world(manifests, n, ports["a"])
+    http, https, admin = free_port(), free_port(), free_port()
+    log = open(os.path.join(d, "log"), "w")
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [binary, "proxy", "--manifests", manifests, "--http", f"127.0.0.1:{http}",
+         "--https", f"127.0.0.1:{https}", "--admin", f"127.0.0.1:{admin}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    out = {"ingresses": n}
+    try:
+        if not wait_served(http, "h0.ns0.bench.test", b"a", time.monotonic() + 900):
+            raise SystemExit(f"{binary}: not serving")
+        out["loaded_s"] = round(time.monotonic() - t0, 1)
+        time.sleep(3)
+        out["rss_mib"] = round(rss_mib(p.pid))
+        # At rest.
+        c0 = cpu_seconds(p.pid)
+        time.sleep(1.0)
+        rest = cpu_seconds(p.pid) - c0
+        # One change, CPU only: no probing.
+        samples_cpu, samples_served = [], []
+        flip = ["b", "a"]
+        for r in range(5):
+            k = (r * 7 + 1) % namespaces
+            target = flip[r % 2]
+            c0 = cpu_seconds(p.pid)
+            write_slices(manifests, k, ports[target])
+            time.sleep(1.0 + n / 20000)
+            samples_cpu.append(cpu_seconds(p.pid) - c0 - rest)
+            assert wait_served(http, f"h5.ns{k}.bench.test", target.encode(), time.monotonic() + 30)
+        # One change, written -> served.
+        for r in range(5):
+            k = (r * 11 + 3) % namespaces
+            host = f"h7.ns{k}.bench.test"
+            want = "b" if get(http, host).endswith(b"a") else "a"
+            t = time.monotonic()
+            write_slices(manifests, k, ports[want])
+            assert wait_served(http, host, want.encode(), t + 60)
+            samples_served.append(time.monotonic() - t)
+            time.sleep(0.5 + n / 50000)
+        out["one_change_cpu_ms"] = sorted(round(x * 1e3, 1) for x in samples_cpu)
+        out["one_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in samples_served)
+        # A steady stream over different namespaces.
+        if rate:
+            lat, lock = [], threading.Lock()
+            interval = 1.0 / rate
+            c0 = cpu_seconds(p.pid)
+            start = time.monotonic()
+            waiters = []
+            i = 0
+            while time.monotonic() - start < seconds:
+                k = (i * 13 + 5) % namespaces
+                host = f"h{i % PER_NS}.ns{k}.bench.test"
+                want = "b" if (i // namespaces) % 2 == 0 else "a"
+                t = time.monotonic()
+                write_slices(manifests, k, ports[want])
+
+                def wait(host=host, want=want, t=t):
+                    ok = wait_served(http, host, want.encode(), t + 30)
+                    with lock:
+                        lat.append(time.monotonic() - t if ok else float("inf"))
+
+                th = threading.Thread(target=wait, daemon=True)
+                th.start()
+                waiters.append(th)
+                i += 1
+                next_at = start + i * interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+            elapsed = time.monotonic() - start
+            cpu = cpu_seconds(p.pid) - c0
+            for th in waiters:
+                th.join()
+            lat.sort()
+            out["stream"] = {
+                "rate_per_s": rate,
+                "changes": len(lat),
+                "p50_ms": round(lat[len(lat) // 2] * 1e3, 1),
+                "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, 1),
+                "max_ms": round(lat[-1] * 1e3, 1),
+                "cpu_share_of_a_core_incl_probes": round(cpu / elapsed, 3),
+            }
+        out["reloads_total"] = metric(admin, "teapot_reloads_total")
+        out["endpoint_updates_total"] = metric(admin, "teapot_endpoint_updates_total")
+    finally:
+        p.terminate()
+        p.wait()
+        log.close()
+        shutil.copy(os.path.join(d, "log"), f"/tmp/ep-churn-{os.path.basename(binary)}-{n}.log")
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000")
+    ap.add_argument("--rate", type=float, default=100)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--json")
+    ap.add_argument("binaries", nargs="+")
+    a = ap.parse_args()
+    ports = {}
+    for name in ["a", "b"]:
+        holder = []
+        backend_server(holder, name)
+        ports[name] = holder[0]
+    results = {"date": time.strftime("%Y-%m-%d"), "per_namespace": PER_NS, "runs": []}
+    for n in [int(x) for x in a.sizes.split(",")]:
+        for spec in a.binaries:
+            name, binary = spec.split("=", 1)
+            r = run_one(binary, n, ports, a.rate, a.seconds)
+            r["binary"] = name
+            print(json.dumps(r), flush=True)
+            results["runs"].append(r)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
