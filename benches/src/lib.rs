@@ -860,6 +860,7 @@ mod tests {
     }
 }
 pub mod bgp_lab;
+pub mod h3load;
 pub mod idle;
 pub mod manifests_proxy;
 pub mod peers;
