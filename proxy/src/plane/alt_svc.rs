@@ -207,7 +207,7 @@ pub fn route_advertises(route: &Route) -> bool {
 pub fn conn_advertises(conn: &ConnInfo) -> bool {
     conn.tls
         && conn.alpn.as_deref() != Some("h3")
-        && !crate::plane::client_cert::facts(conn).is_some_and(|f| f.client.is_some())
+        && crate::plane::client_cert::facts(conn).is_none_or(|f| f.client.is_none())
 }
 
 /// The probe's counters: `teapot_http3_probes_total{result}` and
