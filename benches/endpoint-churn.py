@@ -80,8 +80,10 @@ def write_world(d, n, port):
 
 
 def write_slices(d, k, port, stage=None):
+    """Every slice of namespace k to `port` (an int), or slice i to port[i]."""
     ns = f"ns{k}"
-    text = "---\n".join(slice_doc(ns, i, port) for i in range(PER_NS))
+    ports = port if isinstance(port, list) else [port] * PER_NS
+    text = "---\n".join(slice_doc(ns, i, ports[i]) for i in range(PER_NS))
     stage = stage or d + ".stage"
     os.makedirs(stage, exist_ok=True)
     tmp = os.path.join(stage, f"{ns}-slices.yaml")
@@ -200,12 +202,21 @@ def run_one(binary, n, ports, rate, seconds):
             start = time.monotonic()
             waiters = []
             i = 0
+            # Each change moves one Service (one slice) of a namespace, a
+            # different one each time, so no later change undoes it.
+            now = {}
             while time.monotonic() - start < seconds:
-                k = (i * 13 + 5) % namespaces
-                host = f"h{i % PER_NS}.ns{k}.bench.test"
-                want = "b" if (i // namespaces) % 2 == 0 else "a"
+                k = i % namespaces
+                j = (i // namespaces) % PER_NS
+                host = f"h{j}.ns{k}.bench.test"
+                targets = now.get(k)
+                if targets is None:
+                    first = get(http, f"h0.ns{k}.bench.test").decode(errors="replace")[-1:]
+                    targets = now[k] = [first if first in "ab" else "a"] * PER_NS
+                want = "b" if targets[j] == "a" else "a"
+                targets[j] = want
                 t = time.monotonic()
-                write_slices(manifests, k, ports[want])
+                write_slices(manifests, k, [ports[x] for x in targets])
 
                 def wait(host=host, want=want, t=t):
                     ok = wait_served(http, host, want.encode(), t + 30)
