@@ -964,7 +964,13 @@ ports: [{{name: '', port: 9000}}]
         let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = custom("acme").expect("acme pages");
         assert_eq!(&*acme.codes, &[404, 503]);
-        let addrs: Vec<_> = acme.upstream.endpoints.load().iter().map(|e| e.addr).collect();
+        let addrs: Vec<_> = acme
+            .upstream
+            .endpoints
+            .load()
+            .iter()
+            .map(|e| e.addr)
+            .collect();
         assert_eq!(addrs, vec!["10.1.0.8:9000".parse().unwrap()]);
         assert_eq!(acme.upstream.name, format!("tenant-acme/{errors}:8081"));
         // The error backend is told the tenant's own names.
@@ -1045,7 +1051,13 @@ ports: [{{name: '', port: 9090}}]
         };
         let condition = |cluster: &str| annotations_accepted(&snapshot, cluster);
         let acme = auth("acme");
-        let addrs: Vec<_> = acme.upstream.endpoints.load().iter().map(|e| e.addr).collect();
+        let addrs: Vec<_> = acme
+            .upstream
+            .endpoints
+            .load()
+            .iter()
+            .map(|e| e.addr)
+            .collect();
         assert_eq!(addrs, vec!["10.1.0.9:9090".parse().unwrap()]);
         assert_eq!(&*acme.path, "/check");
         assert_eq!(&*acme.authority, "auth.shop.svc.cluster.local:4180");

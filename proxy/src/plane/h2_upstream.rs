@@ -480,7 +480,8 @@ pub(super) fn another_endpoint(
     e: &OpenFailed,
 ) -> bool {
     failed(router, st, upstream, endpoint, e);
-    st.tried.count() < (upstream.endpoints.load().len() as u32).min(router.options.max_connect_attempts)
+    st.tried.count()
+        < (upstream.endpoints.load().len() as u32).min(router.options.max_connect_attempts)
 }
 
 /// Counts and logs a failed connect, and ejects the endpoint; a failed

@@ -541,7 +541,16 @@ mod tests {
         );
         let (backends, _, conditions) = rule_of(&s);
         let traffic = backends[0].route.as_ref().unwrap().traffic().unwrap();
-        assert!(traffic.auth.as_ref().unwrap().upstream.endpoints.load().is_empty());
+        assert!(
+            traffic
+                .auth
+                .as_ref()
+                .unwrap()
+                .upstream
+                .endpoints
+                .load()
+                .is_empty()
+        );
         let text = conditions.to_string();
         assert!(
             text.contains("ExternalAuth Service infra/missing with port 80 not found"),

@@ -1406,7 +1406,10 @@ spec: {type: LoadBalancer, loadBalancerClass: teapot.dev/lb, ports: [{name: dns,
             ]
         );
         let dns = &table.listeners[&key(53, Protocol::Udp)];
-        assert_eq!(dns.upstream.endpoints.load()[0].addr.to_string(), "127.0.0.4:2053");
+        assert_eq!(
+            dns.upstream.endpoints.load()[0].addr.to_string(),
+            "127.0.0.4:2053"
+        );
         let tls = &table.listeners[&key(8443, Protocol::Tcp)];
         let sni = tls
             .sni

@@ -373,7 +373,13 @@ pub(super) async fn serve(
 }
 
 fn eject(route: &Route, addr: SocketAddr) {
-    if let Some(e) = route.upstream.endpoints.load().iter().find(|e| e.addr == addr) {
+    if let Some(e) = route
+        .upstream
+        .endpoints
+        .load()
+        .iter()
+        .find(|e| e.addr == addr)
+    {
         e.eject();
     }
 }

@@ -123,8 +123,12 @@ mod tests {
     fn the_lower_score_of_the_two_wins_and_ejected_ones_lose() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, 2);
-        up.endpoints.load()[0].latency.record(Duration::from_millis(50));
-        up.endpoints.load()[1].latency.record(Duration::from_millis(5));
+        up.endpoints.load()[0]
+            .latency
+            .record(Duration::from_millis(50));
+        up.endpoints.load()[1]
+            .latency
+            .record(Duration::from_millis(5));
         for _ in 0..100 {
             assert_eq!(choose(&up), Some(1));
         }
@@ -140,9 +144,13 @@ mod tests {
     fn the_two_candidates_are_distinct() {
         let registry = EndpointRegistry::default();
         let up = upstream(&registry, 3);
-        up.endpoints.load()[0].latency.record(Duration::from_millis(9));
+        up.endpoints.load()[0]
+            .latency
+            .record(Duration::from_millis(9));
         // random() answering 0 both times still compares 0 with 1.
-        up.endpoints.load()[1].latency.record(Duration::from_millis(1));
+        up.endpoints.load()[1]
+            .latency
+            .record(Duration::from_millis(1));
         assert_eq!(choose_with(&up, |_| 0), Some(1));
     }
 

@@ -243,7 +243,8 @@ mod tests {
             *per_endpoint.entry(before).or_insert(0u64) += 1;
             if before != after {
                 assert_eq!(
-                    before, ten.endpoints.load()[3].addr,
+                    before,
+                    ten.endpoints.load()[3].addr,
                     "a key of a kept endpoint moved"
                 );
                 moved += 1;
