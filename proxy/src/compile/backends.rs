@@ -15,7 +15,7 @@ use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, NsRef, Store};
 use teapot_model::tenancy::Tenancy;
 
-use crate::compile::endpoint_sets::EndpointCells;
+use crate::compile::endpoint_cells::{EndpointCells, PortKey};
 use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::EndpointRegistry;
@@ -81,6 +81,24 @@ pub(crate) fn backend_key<'a>(
 pub(crate) enum PortRef<'a> {
     Number(i32),
     Name(&'a str),
+}
+
+impl From<&PortRef<'_>> for PortKey {
+    fn from(port: &PortRef<'_>) -> PortKey {
+        match port {
+            PortRef::Number(n) => PortKey::Number(*n),
+            PortRef::Name(n) => PortKey::Name((*n).to_string()),
+        }
+    }
+}
+
+impl<'a> From<&'a PortKey> for PortRef<'a> {
+    fn from(port: &'a PortKey) -> PortRef<'a> {
+        match port {
+            PortKey::Number(n) => PortRef::Number(*n),
+            PortKey::Name(n) => PortRef::Name(n),
+        }
+    }
 }
 
 impl std::fmt::Display for PortRef<'_> {
@@ -214,7 +232,9 @@ impl<'a> Resolver<'a> {
         });
         let upstream = match reused.flatten() {
             Some(u) => {
-                self.cells.borrow_mut().record(namespace, name, &port, &u);
+                self.cells
+                    .borrow_mut()
+                    .record(namespace, name, PortKey::from(&port), &u);
                 u
             }
             None => Arc::new(self.resolve(namespace, name, &port)),
@@ -262,7 +282,7 @@ impl<'a> Resolver<'a> {
         let upstream = self.resolve_unrecorded(namespace, name, port);
         self.cells
             .borrow_mut()
-            .record(namespace, name, port, &upstream);
+            .record(namespace, name, PortKey::from(port), &upstream);
         upstream
     }
 

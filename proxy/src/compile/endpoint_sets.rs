@@ -2,7 +2,8 @@
 //!
 //! The most frequent change in a shared fleet is an EndpointSlice changing
 //! (every pod restart of every tenant). A compile records, per Service, the
-//! [`EndpointCell`]s of every upstream it resolved from it ([`EndpointCells`]);
+//! endpoint cells of every upstream it resolved from it
+//! (crate::compile::endpoint_cells);
 //! when only EndpointSlices changed, [`refresh`] resolves just those
 //! Services' upstreams again, with the resolver the compile uses, and stores
 //! the new endpoints into the cells in place: the route table, DNS zone, L4
@@ -17,7 +18,7 @@
 //!   Those reach Ingress, route and Service conditions, so they are
 //!   compiled, and status always says what is served;
 //! - a compile built something from the cell's contents
-//!   ([`EndpointCell::is_compiled_from`]): the L4 plane's weighted
+//!   (`EndpointCell::is_compiled_from`): the L4 plane's weighted
 //!   rotations, TLS passthrough unions and its report's endpoint lists.
 //!
 //! Whatever declines costs what it did before: one compile.
@@ -25,79 +26,14 @@
 use std::sync::Arc;
 
 use hashbrown::HashSet;
-use teapot_model::store::{FastHashMap, Kind, NsName, ObjectKey, Store};
+use teapot_model::store::{Kind, NsName, ObjectKey, Store};
 use teapot_model::tenancy::Tenancy;
 
 use crate::compile::CompileOptions;
-use crate::compile::backends::{PortRef, Resolver};
+use crate::compile::backends::Resolver;
+use crate::compile::endpoint_cells::Entry;
 use crate::compile::parts::{CompiledParts, Reuse};
-use crate::compile::upstream::{EndpointCell, Upstream};
 use crate::live::endpoints::EndpointRegistry;
-
-/// A Service port as a cell was resolved for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum PortKey {
-    Number(i32),
-    Name(String),
-}
-
-impl PortKey {
-    pub(crate) fn of(port: &PortRef<'_>) -> PortKey {
-        match port {
-            PortRef::Number(n) => PortKey::Number(*n),
-            PortRef::Name(n) => PortKey::Name((*n).to_string()),
-        }
-    }
-
-    fn as_ref(&self) -> PortRef<'_> {
-        match self {
-            PortKey::Number(n) => PortRef::Number(*n),
-            PortKey::Name(n) => PortRef::Name(n),
-        }
-    }
-}
-
-/// One resolved upstream's cell and the facts a compile reported about it.
-#[derive(Debug)]
-struct Entry {
-    port: PortKey,
-    cell: Arc<EndpointCell>,
-    unavailable: Option<String>,
-    refused: Vec<String>,
-}
-
-/// The cells of one compile's upstreams by Service (`namespace`, `name`).
-#[derive(Debug, Default)]
-pub struct EndpointCells {
-    by_service: FastHashMap<(String, String), Vec<Entry>>,
-}
-
-impl EndpointCells {
-    pub(crate) fn record(&mut self, namespace: &str, name: &str, port: &PortRef, u: &Upstream) {
-        let entries = self
-            .by_service
-            .entry((namespace.to_string(), name.to_string()))
-            .or_default();
-        if entries.iter().any(|e| Arc::ptr_eq(&e.cell, &u.endpoints)) {
-            return;
-        }
-        entries.push(Entry {
-            port: PortKey::of(port),
-            cell: Arc::clone(&u.endpoints),
-            unavailable: u.unavailable.clone(),
-            refused: u.refused.clone(),
-        });
-    }
-
-    /// Cells recorded.
-    pub fn len(&self) -> usize {
-        self.by_service.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_service.is_empty()
-    }
-}
 
 /// What [`refresh`] did.
 #[derive(Debug, PartialEq, Eq)]
@@ -122,7 +58,7 @@ pub fn refresh(
     let cells = parts.cells();
     let affected: Vec<(&(String, String), &Vec<Entry>)> = services
         .iter()
-        .filter_map(|s| cells.by_service.get_key_value(s))
+        .filter_map(|s| cells.of_service(s))
         .collect();
     if affected.is_empty() {
         return Refreshed::Stored(0);
@@ -152,7 +88,7 @@ pub fn refresh(
     let mut stores = Vec::new();
     for ((namespace, name), entries) in affected {
         for e in entries {
-            let fresh = resolver.resolve_unrecorded(namespace, name, &e.port.as_ref());
+            let fresh = resolver.resolve_unrecorded(namespace, name, &(&e.port).into());
             if fresh.unavailable != e.unavailable || fresh.refused != e.refused {
                 return Refreshed::NeedsCompile("an upstream's status changes");
             }

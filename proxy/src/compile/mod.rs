@@ -63,6 +63,7 @@ pub mod client_auth;
 pub mod condition;
 pub mod custom_headers;
 pub mod domains;
+pub mod endpoint_cells;
 pub mod endpoint_sets;
 pub mod gateway;
 pub mod global_rate;

@@ -33,7 +33,7 @@ use teapot_api::Tenant;
 use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, Store};
 
-use crate::compile::endpoint_sets::EndpointCells;
+use crate::compile::endpoint_cells::EndpointCells;
 use crate::compile::upstream::Upstream;
 
 /// The parts of the last compile, for the next. Start with
