@@ -452,10 +452,19 @@ impl ServerCertVerifier for Verified {
 
 /// `proxy-ssl-verify: off`: any certificate, as ingress-nginx; the
 /// handshake's signatures are still checked, so the connection is at least
-/// with whoever holds the presented certificate's key.
+/// with whoever holds the presented certificate's key. The Alt-Svc
+/// self-probe (crate::plane::alt_svc) checks its handshake the same way.
 #[derive(Debug)]
-struct Unverified {
+pub(crate) struct Unverified {
     algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl Unverified {
+    pub(crate) fn new(provider: &rustls::crypto::CryptoProvider) -> Unverified {
+        Unverified {
+            algorithms: provider.signature_verification_algorithms,
+        }
+    }
 }
 
 impl ServerCertVerifier for Unverified {

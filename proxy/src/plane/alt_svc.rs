@@ -41,6 +41,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::compile::routes::Route;
+use crate::live::upstream_tls::Unverified;
 
 /// `Alt-Svc` and its probe (`teapot proxy --http3-advertise*`,
 /// `--http3-probe*`; docs/reference.md, "HTTP/3").
@@ -408,7 +409,7 @@ pub fn probe_client() -> Result<quinn::ClientConfig, crate::plane::ServeError> {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| crate::plane::ServeError::Tls(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_custom_certificate_verifier(Arc::new(Unverified::new(&provider)))
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
@@ -452,56 +453,6 @@ async fn try_handshake(
     match alpn.as_deref() {
         Some(b"h3") => Ok(()),
         _ => Err("the server did not agree on h3".into()),
-    }
-}
-
-/// Accepts the server's certificate (see the module's comment), still
-/// checking that the handshake is signed by its key.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

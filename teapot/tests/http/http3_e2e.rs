@@ -83,6 +83,27 @@ pub(crate) async fn h3(python: &PathBuf, spec: Value) -> Vec<Value> {
     parsed.as_array().cloned().expect("a list")
 }
 
+/// The echo backend `web` behind the Ingress `a.test` in `namespace`: what
+/// most HTTP/3 tests serve.
+pub(crate) async fn web_behind_a_test(
+    namespace: &str,
+) -> (teapot_testkit::echo::EchoServer, Vec<Value>) {
+    let backend = echo(namespace, "web", "web-0").await;
+    let mut objects = echo_service(namespace, "web", &[&backend]);
+    objects.push(simple_ingress(namespace, "a.test", "a.test", "web"));
+    (backend, objects)
+}
+
+/// Waits until the proxy serves its one Ingress.
+pub(crate) async fn one_ingress_served(h: &Harness) {
+    h.wait_status("the ingress served", |s| {
+        s["ingresses"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1 && i[0]["served"] == true)
+    })
+    .await;
+}
+
 pub(crate) fn get(authority: &str, path: &str) -> Value {
     json!({ "method": "GET", "authority": authority, "path": path })
 }
@@ -438,9 +459,7 @@ async fn http3_a_headless_stream_and_an_idle_connection_are_closed() {
     let Some(python) = aioquic_python() else {
         return;
     };
-    let backend = echo(NS, "web", "web-0").await;
-    let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.push(simple_ingress(NS, "a.test", "a.test", "web"));
+    let (_backend, objects) = web_behind_a_test(NS).await;
     let h = Harness::start_with_args(
         &[("manifests.yaml", docs(&objects))],
         &[
@@ -452,12 +471,7 @@ async fn http3_a_headless_stream_and_an_idle_connection_are_closed() {
         ],
     )
     .await;
-    h.wait_status("the ingress served", |s| {
-        s["ingresses"]
-            .as_array()
-            .is_some_and(|i| i.len() == 1 && i[0]["served"] == true)
-    })
-    .await;
+    one_ingress_served(&h).await;
     let addr = format!("127.0.0.1:{}", h.proxy.https.port());
     // The client waits up to 10 s for each (its own idle timeout is
     // 120 s): far beyond the 1 s and 3 s given, far below the defaults.

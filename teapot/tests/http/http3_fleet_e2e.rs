@@ -12,7 +12,7 @@
 //!   client waits for its idle timeout. Each run prints its times.
 
 use crate::common;
-use crate::http3_e2e::{aioquic_python, get, run_client};
+use crate::http3_e2e::{aioquic_python, get, one_ingress_served, run_client, web_behind_a_test};
 
 use std::path::PathBuf;
 
@@ -40,15 +40,6 @@ async fn h3_object(python: &PathBuf, spec: Value) -> Value {
     parsed
 }
 
-async fn served(h: &Harness) {
-    h.wait_status("the ingress served", |s| {
-        s["ingresses"]
-            .as_array()
-            .is_some_and(|i| i.len() == 1 && i[0]["served"] == true)
-    })
-    .await;
-}
-
 /// 64 handshakes begun from 64 addresses and never finished, against a
 /// replica that takes 8 connections and asks for a Retry past 4
 /// handshakes in flight: at most 4 get a handshake (and hold a slot for
@@ -60,9 +51,7 @@ async fn a_handshake_flood_gets_retries_and_leaves_the_slots_to_real_clients() {
     let Some(python) = aioquic_python() else {
         return;
     };
-    let backend = echo(NS, "web", "web-0").await;
-    let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.push(simple_ingress(NS, "a.test", "a.test", "web"));
+    let (_backend, objects) = web_behind_a_test(NS).await;
     let h = Harness::start_with_args(
         &[("manifests.yaml", docs(&objects))],
         &[
@@ -76,7 +65,7 @@ async fn a_handshake_flood_gets_retries_and_leaves_the_slots_to_real_clients() {
         ],
     )
     .await;
-    served(&h).await;
+    one_ingress_served(&h).await;
     let addr = format!("127.0.0.1:{}", h.proxy.https.port());
     let flood = h3_object(
         &python,
@@ -99,9 +88,7 @@ async fn a_handshake_flood_gets_retries_and_leaves_the_slots_to_real_clients() {
 
 /// Two replicas serving the same routes, with or without one QUIC key.
 async fn two_replicas(key: Option<&std::path::Path>) -> (Harness, Harness, EchoServer) {
-    let backend = echo(NS, "web", "web-0").await;
-    let mut objects = echo_service(NS, "web", &[&backend]);
-    objects.push(simple_ingress(NS, "a.test", "a.test", "web"));
+    let (backend, objects) = web_behind_a_test(NS).await;
     let mut args = vec!["--http3".to_string()];
     if let Some(key) = key {
         args.extend(["--quic-key-file".to_string(), key.display().to_string()]);
@@ -110,8 +97,8 @@ async fn two_replicas(key: Option<&std::path::Path>) -> (Harness, Harness, EchoS
     let files = [("manifests.yaml", docs(&objects))];
     let a = Harness::start_with_args(&files, &args).await;
     let b = Harness::start_with_args(&files, &args).await;
-    served(&a).await;
-    served(&b).await;
+    one_ingress_served(&a).await;
+    one_ingress_served(&b).await;
     (a, b, backend)
 }
 
