@@ -912,14 +912,16 @@ impl ScenarioRun {
                 (Some(b), Some(g)) if changed => g > b,
                 _ => true,
             };
-            // Endpoints are compared as `ip:port`; a proxy that reports them
-            // some other way is only held to the count.
+            // Endpoints are compared as `ip:port`, which says the change is
+            // served whether or not a new generation carried it (teapot
+            // stores an endpoint change in place); a proxy that reports them
+            // some other way is held to the count and a new generation.
             let matches = if got.iter().all(|e| e.parse::<SocketAddr>().is_ok()) {
                 got == want
             } else {
-                got.len() == replicas
+                got.len() == replicas && generation_moved
             };
-            if matches && generation_moved {
+            if matches {
                 break Ok(());
             }
             if Instant::now() >= deadline {
