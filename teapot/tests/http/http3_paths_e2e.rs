@@ -180,9 +180,13 @@ async fn http3_gets_error_pages_and_tenant_limits_as_tcp() {
     assert_eq!(seen["headers"]["X-Code"], json!(["404"]), "{seen}");
     assert_eq!(seen["headers"]["X-Original-Uri"], json!(["/missing"]));
 
-    // Three streams at once, each held 1 s by the tenant's backend: one
-    // is the tenant's one busy connection, the others are over it.
-    let slow = get("app.quiet.lb.localhost", "/?delay=1s");
+    // Three streams at once, each held 3 s by the tenant's backend
+    // (`x-echo-delay-ms`; this echo takes no `?delay=`): one is the
+    // tenant's one busy connection, the others are over it. Unheld, a
+    // slow client on a loaded machine found the first answered before
+    // it opened the third.
+    let mut slow = get("app.quiet.lb.localhost", "/");
+    slow["headers"] = json!([["x-echo-delay-ms", "3000"]]);
     let limited = h3(
         &python,
         json!({ "addr": addr, "sni": "app.quiet.lb.localhost",
