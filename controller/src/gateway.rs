@@ -43,7 +43,7 @@ use teapot_api::gateway_api::{
 };
 use teapot_api::hostname::mirrored_ingress_name;
 use teapot_api::route_policy::RouteTrafficPolicy;
-use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, backoff};
+use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Shared, backoff};
 use tokio::sync::watch;
 
 use crate::gateway_mirror::{
@@ -162,8 +162,7 @@ async fn mirror_services(
         if is_refused(refused, "Service", target) {
             continue;
         }
-        let api: Api<Service> = Api::namespaced(ctx.tenant.clone(), &target.0);
-        match api.get_opt(&target.1).await? {
+        match ctx.watches.service(&target.0, &target.1) {
             None => problems.push(format!(
                 "Service {}/{} (backend) not found",
                 target.0, target.1
@@ -189,8 +188,7 @@ async fn mirror_secrets(
         if is_refused(refused, "Secret", target) {
             continue;
         }
-        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &target.0);
-        match api.get_opt(&target.1).await? {
+        match ctx.watches.secret(&target.0, &target.1) {
             None => problems.push(format!(
                 "Secret {}/{} (certificateRefs or tls.backend.clientCertificateRef) not found",
                 target.0, target.1
@@ -215,8 +213,7 @@ async fn mirror_users_secrets(
     refusals: &mut Vec<String>,
 ) -> Result<(), Error> {
     for (ns, name) in secrets {
-        let api: Api<Secret> = Api::namespaced(ctx.tenant.clone(), ns);
-        match api.get_opt(name).await? {
+        match ctx.watches.secret(ns, name) {
             None => problems.push(format!(
                 "Secret {ns}/{name} (basicAuth.secretRef) not found"
             )),
@@ -621,35 +618,37 @@ fn lb_copies<K: Tenant + Send + Sync + 'static>(
     .touched_objects()
 }
 
+/// The one watch of each Gateway API kind several controllers read.
+#[derive(Clone)]
+struct GatewayWatches {
+    gateways: Shared<Gateway>,
+    grants: Shared<ReferenceGrant>,
+    /// `None` where the tenant cluster does not serve ListenerSets.
+    sets: Option<Shared<ListenerSet>>,
+}
+
 fn gateway_controller(
     ctx: Arc<Context>,
+    w: GatewayWatches,
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
-    let (gateways, store) = primary(Api::<Gateway>::all(ctx.tenant.clone()));
+    let (gateways, store) = (w.gateways.applied(), w.gateways.store());
     let (secrets_store, grants_gateways) = (store.clone(), store.clone());
     Controller::for_stream(gateways, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<Gateway>(&ctx), |lb: Gateway| source_ref(&lb))
-        .watches(
-            Api::<Secret>::all(ctx.tenant.clone()),
-            watcher::Config::default().fields("type=kubernetes.io/tls"),
-            move |s: Secret| {
-                let target = (s.namespace().unwrap_or_default(), s.name_any());
-                matching(&secrets_store, |g| {
-                    gateway_needs(g).is_ok_and(|n| n.secrets.contains(&target))
-                })
-            },
-        )
-        .watches(
-            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |g: ReferenceGrant| {
-                let namespace = g.namespace().unwrap_or_default();
-                matching(&grants_gateways, |gw| {
-                    gateway_needs(gw).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
-                })
-            },
-        )
+        .watches_stream(ctx.watches.tls_secrets.touched(), move |s: Secret| {
+            let target = (s.namespace().unwrap_or_default(), s.name_any());
+            matching(&secrets_store, |g| {
+                gateway_needs(g).is_ok_and(|n| n.secrets.contains(&target))
+            })
+        })
+        .watches_stream(w.grants.touched(), move |g: ReferenceGrant| {
+            let namespace = g.namespace().unwrap_or_default();
+            matching(&grants_gateways, |gw| {
+                gateway_needs(gw).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
+            })
+        })
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))
         .run(reconcile_gateway, error_policy::<Gateway>, ctx)
@@ -663,37 +662,31 @@ fn gateway_controller(
 
 fn listener_set_controller(
     ctx: Arc<Context>,
+    w: GatewayWatches,
+    sets: Shared<ListenerSet>,
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
-    let (sets, store) = primary(Api::<ListenerSet>::all(ctx.tenant.clone()));
+    let (sets, store) = (sets.applied(), sets.store());
     let (secrets_store, gateways_store) = (store.clone(), store.clone());
     Controller::for_stream(sets, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<ListenerSet>(&ctx), |lb: ListenerSet| {
             source_ref(&lb)
         })
-        .watches(
-            Api::<Secret>::all(ctx.tenant.clone()),
-            watcher::Config::default().fields("type=kubernetes.io/tls"),
-            move |s: Secret| {
-                let target = (s.namespace().unwrap_or_default(), s.name_any());
-                matching(&secrets_store, |l| {
-                    gm::listener_set_needs(l).is_ok_and(|n| n.secrets.contains(&target))
-                })
-            },
-        )
+        .watches_stream(ctx.watches.tls_secrets.touched(), move |s: Secret| {
+            let target = (s.namespace().unwrap_or_default(), s.name_any());
+            matching(&secrets_store, |l| {
+                gm::listener_set_needs(l).is_ok_and(|n| n.secrets.contains(&target))
+            })
+        })
         // A Gateway that appears, changes class or allowedListeners
         // decides which sets attach.
-        .watches(
-            Api::<Gateway>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |g: Gateway| {
-                let target = (g.namespace().unwrap_or_default(), g.name_any());
-                matching(&gateways_store, |l| {
-                    gm::listener_set_parent(l).is_ok_and(|p| p == target)
-                })
-            },
-        )
+        .watches_stream(w.gateways.touched(), move |g: Gateway| {
+            let target = (g.namespace().unwrap_or_default(), g.name_any());
+            matching(&gateways_store, |l| {
+                gm::listener_set_parent(l).is_ok_and(|p| p == target)
+            })
+        })
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))
         .run(reconcile_listener_set, error_policy::<ListenerSet>, ctx)
@@ -709,7 +702,7 @@ fn listener_set_controller(
 /// whose changes then decide the routes naming them as a Gateway's do.
 fn route_controller<K: Route>(
     ctx: Arc<Context>,
-    sets: bool,
+    w: GatewayWatches,
     shutdown: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let (routes, store) = primary(Api::<K>::all(ctx.tenant.clone()));
@@ -717,41 +710,27 @@ fn route_controller<K: Route>(
         (store.clone(), store.clone(), store.clone(), store.clone());
     // Without the kind a watch would only fail and retry.
     let set_changes: futures::stream::BoxStream<'static, Result<ListenerSet, watcher::Error>> =
-        if sets {
-            watcher(
-                Api::<ListenerSet>::all(ctx.tenant.clone()),
-                watcher::Config::default(),
-            )
-            .touched_objects()
-            .boxed()
-        } else {
-            futures::stream::pending().boxed()
+        match &w.sets {
+            Some(sets) => sets.touched().boxed(),
+            None => futures::stream::pending().boxed(),
         };
     Controller::for_stream(routes, store)
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<K>(&ctx), |lb: K| source_ref(&lb))
-        .watches(
-            Api::<Service>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |s: Service| {
-                let target = (s.namespace().unwrap_or_default(), s.name_any());
-                matching(&services_store, |r| {
-                    route_needs(r).is_ok_and(|n| n.services.contains(&target))
-                })
-            },
-        )
+        .watches_stream(ctx.watches.services.touched(), move |s: Service| {
+            let target = (s.namespace().unwrap_or_default(), s.name_any());
+            matching(&services_store, |r| {
+                route_needs(r).is_ok_and(|n| n.services.contains(&target))
+            })
+        })
         // A Gateway that appears, changes class or listeners decides which
         // routes attach.
-        .watches(
-            Api::<Gateway>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |g: Gateway| {
-                let target = (g.namespace().unwrap_or_default(), g.name_any());
-                matching(&gateways_store, |r| {
-                    route_parents(r).is_ok_and(|ps| ps.iter().any(|(_, p)| *p == target))
-                })
-            },
-        )
+        .watches_stream(w.gateways.touched(), move |g: Gateway| {
+            let target = (g.namespace().unwrap_or_default(), g.name_any());
+            matching(&gateways_store, |r| {
+                route_parents(r).is_ok_and(|ps| ps.iter().any(|(_, p)| *p == target))
+            })
+        })
         // So does a ListenerSet that appears, is taken on (its finalizer,
         // once its Gateway allows it), changes its listeners or goes: a
         // route naming it attaches through it or no longer does.
@@ -763,16 +742,12 @@ fn route_controller<K: Route>(
         })
         // A ReferenceGrant decides the cross-namespace backends of the
         // routes pointing into its namespace.
-        .watches(
-            Api::<ReferenceGrant>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |g: ReferenceGrant| {
-                let namespace = g.namespace().unwrap_or_default();
-                matching(&grants_store, |r| {
-                    route_needs(r).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
-                })
-            },
-        )
+        .watches_stream(w.grants.touched(), move |g: ReferenceGrant| {
+            let namespace = g.namespace().unwrap_or_default();
+            matching(&grants_store, |r| {
+                route_needs(r).is_ok_and(|n| n.cross.iter().any(|c| c.to.0 == namespace))
+            })
+        })
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))
         .run(reconcile_route::<K>, error_policy::<K>, ctx)
@@ -796,16 +771,12 @@ fn backend_tls_policy_controller(
             lb_copies::<BackendTlsPolicy>(&ctx),
             |lb: BackendTlsPolicy| source_ref(&lb),
         )
-        .watches(
-            Api::<ConfigMap>::all(ctx.tenant.clone()),
-            watcher::Config::default(),
-            move |c: ConfigMap| {
-                let target = (c.namespace().unwrap_or_default(), c.name_any());
-                matching(&config_maps_store, |p| {
-                    gm::policy_config_maps(p).is_ok_and(|refs| refs.contains(&target))
-                })
-            },
-        )
+        .watches_stream(ctx.watches.config_maps.touched(), move |c: ConfigMap| {
+            let target = (c.namespace().unwrap_or_default(), c.name_any());
+            matching(&config_maps_store, |p| {
+                gm::policy_config_maps(p).is_ok_and(|refs| refs.contains(&target))
+            })
+        })
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))
         .run(
@@ -835,16 +806,12 @@ fn route_traffic_policy_controller(
         )
         // basicAuth's users (Opaque, as ingress-nginx's auth-secret): a
         // change reconciles the policies naming the Secret.
-        .watches(
-            Api::<Secret>::all(ctx.tenant.clone()),
-            watcher::Config::default().fields("type=Opaque"),
-            move |s: Secret| {
-                let target = (s.namespace().unwrap_or_default(), s.name_any());
-                matching(&users_store, |p| {
-                    gm::policy_secrets(p).is_ok_and(|n| n.contains(&target))
-                })
-            },
-        )
+        .watches_stream(ctx.watches.opaque_secrets.touched(), move |s: Secret| {
+            let target = (s.namespace().unwrap_or_default(), s.name_any());
+            matching(&users_store, |p| {
+                gm::policy_secrets(p).is_ok_and(|n| n.contains(&target))
+            })
+        })
         .reconcile_all_on(resync_ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown))
         .run(
@@ -863,14 +830,27 @@ fn route_traffic_policy_controller(
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let served = probe_listener_sets(&ctx.tenant).await.unwrap_or(false);
-    let sets = served.then(|| listener_set_controller(ctx.clone(), shutdown.clone()));
+    // The gateway controllers wait for nothing else to list: their
+    // reconciles read the objects they are triggered by.
+    let mut listed = Listed::default();
+    let tenant = &ctx.tenant;
+    let w = GatewayWatches {
+        gateways: Shared::watch(Api::all(tenant.clone()), Default::default(), &mut listed),
+        grants: Shared::watch(Api::all(tenant.clone()), Default::default(), &mut listed),
+        sets: served
+            .then(|| Shared::watch(Api::all(tenant.clone()), Default::default(), &mut listed)),
+    };
+    let sets = w
+        .sets
+        .clone()
+        .map(|sets| listener_set_controller(ctx.clone(), w.clone(), sets, shutdown.clone()));
     futures::future::join_all(sets.into_iter().chain([
-        gateway_controller(ctx.clone(), shutdown.clone()),
-        route_controller::<HttpRoute>(ctx.clone(), served, shutdown.clone()),
-        route_controller::<GrpcRoute>(ctx.clone(), served, shutdown.clone()),
-        route_controller::<TlsRoute>(ctx.clone(), served, shutdown.clone()),
-        route_controller::<TcpRoute>(ctx.clone(), served, shutdown.clone()),
-        route_controller::<UdpRoute>(ctx.clone(), served, shutdown.clone()),
+        gateway_controller(ctx.clone(), w.clone(), shutdown.clone()),
+        route_controller::<HttpRoute>(ctx.clone(), w.clone(), shutdown.clone()),
+        route_controller::<GrpcRoute>(ctx.clone(), w.clone(), shutdown.clone()),
+        route_controller::<TlsRoute>(ctx.clone(), w.clone(), shutdown.clone()),
+        route_controller::<TcpRoute>(ctx.clone(), w.clone(), shutdown.clone()),
+        route_controller::<UdpRoute>(ctx.clone(), w, shutdown.clone()),
         backend_tls_policy_controller(ctx.clone(), shutdown.clone()),
         route_traffic_policy_controller(ctx, shutdown),
     ]))

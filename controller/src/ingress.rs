@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -51,9 +50,10 @@ async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
     let mut refusals = Vec::new();
     let mut problems = Vec::new();
     // Secrets and Services before the Ingress, so what it references exists.
+    // From the agent's watches, which trigger this reconcile when one of
+    // them changes: no request per reference and reconcile.
     for (ns, name) in mirror::referenced_secrets(ingress) {
-        let secrets: Api<Secret> = Api::namespaced(ctx.tenant.clone(), &ns);
-        match secrets.get_opt(&name).await? {
+        match ctx.watches.secret(&ns, &name) {
             None => problems.push(format!("Secret {ns}/{name} not found")),
             Some(secret) => match mirror::lb_ingress_secret(ingress, &secret, lb_ns) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
@@ -62,8 +62,7 @@ async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
         }
     }
     for (ns, name) in crate::headers_mirror::referenced_config_maps(ingress) {
-        let config_maps: Api<ConfigMap> = Api::namespaced(ctx.tenant.clone(), &ns);
-        match config_maps.get_opt(&name).await? {
+        match ctx.watches.config_map(&ns, &name) {
             None => problems.push(format!("ConfigMap {ns}/{name} (custom-headers) not found")),
             Some(c) => match crate::headers_mirror::lb_config_map(&c, lb_ns) {
                 Ok(copy) => refusals.extend(apply_lb(ctx, &copy).await?),
@@ -72,8 +71,7 @@ async fn apply(ingress: &Ingress, ctx: &Context) -> Result<(), Error> {
         }
     }
     for (ns, name) in mirror::referenced_services(ingress) {
-        let services: Api<Service> = Api::namespaced(ctx.tenant.clone(), &ns);
-        match services.get_opt(&name).await? {
+        match ctx.watches.service(&ns, &name) {
             None => problems.push(format!("Service {ns}/{name} not found")),
             Some(service) => {
                 refusals.extend(apply_lb(ctx, &mirror::lb_service(&service, lb_ns)).await?)

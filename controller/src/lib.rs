@@ -56,7 +56,7 @@ use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
 use teapot_api::lease::{LeaseOptions, while_leading};
-use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Mode, SyncConfig, SyncMetrics};
+use teapot_sync::{AGENT, Listed, Mode, Shared, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
 /// The agent's one error type, shared with its EndpointSlice half
@@ -185,6 +185,117 @@ impl Metrics {
     }
 }
 
+/// The agent's one watch of each tenant kind that several controllers
+/// read (and of the LB Services both halves read): every controller of
+/// both halves reads these stores and is triggered by their changes, and
+/// the reconcilers look referenced objects up here instead of asking the
+/// API server on every reconcile.
+#[derive(Clone)]
+pub struct Watches {
+    pub services: Shared<Service>,
+    /// Certificates (`kubernetes.io/tls`).
+    pub tls_secrets: Shared<Secret>,
+    /// CA bundles and htpasswd users (`Opaque`).
+    pub opaque_secrets: Shared<Secret>,
+    pub config_maps: Shared<ConfigMap>,
+    /// The LB Services the agent wrote.
+    pub lb_services: Shared<Service>,
+}
+
+impl Watches {
+    /// Starts the watches; `listed` learns when each has listed.
+    pub fn start(config: &AgentConfig, listed: &mut Listed) -> Watches {
+        let all = watcher::Config::default;
+        let tenant = || config.tenant.clone();
+        Watches {
+            services: Shared::watch(Api::all(tenant()), all(), listed),
+            tls_secrets: Shared::watch(
+                Api::all(tenant()),
+                all().fields("type=kubernetes.io/tls"),
+                listed,
+            ),
+            opaque_secrets: Shared::watch(Api::all(tenant()), all().fields("type=Opaque"), listed),
+            config_maps: Shared::watch(Api::all(tenant()), all(), listed),
+            lb_services: Shared::watch(
+                Api::namespaced(config.lb.clone(), &config.lb_namespace),
+                teapot_sync::lb_copies(),
+                listed,
+            ),
+        }
+    }
+
+    /// The tenant Secret `namespace/name` of a type the agent reads
+    /// (`kubernetes.io/tls` or `Opaque`; any other type is not watched and
+    /// counts as missing).
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
+        let key = ObjectRef::new(name).within(namespace);
+        self.tls_secrets
+            .store()
+            .get(&key)
+            .or_else(|| self.opaque_secrets.store().get(&key))
+    }
+
+    /// The tenant Service `namespace/name`.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.services
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Waits (up to 10 s) until the stores hold every tenant Service,
+    /// watched Secret and ConfigMap as `tenant` lists them now: for callers
+    /// that run a reconciler by hand (tests, benches) right after a change,
+    /// where the controllers would have been triggered by the change itself.
+    pub async fn caught_up(&self, tenant: &Client) -> Result<bool, Error> {
+        async fn same<K>(store: &Store<K>, api: Api<K>, fields: &str) -> Result<bool, Error>
+        where
+            K: kube::Resource<DynamicType = ()>
+                + Clone
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned,
+        {
+            let listed = api
+                .list(&kube::api::ListParams::default().fields(fields))
+                .await?;
+            Ok(listed.items.len() == store.state().len()
+                && listed.items.iter().all(|o| {
+                    store
+                        .get(&ObjectRef::from_obj(o))
+                        .is_some_and(|s| s.meta().resource_version == o.meta().resource_version)
+                }))
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let all = Api::all(tenant.clone());
+            let done = same(&self.services.store(), all, "").await?
+                && same(
+                    &self.tls_secrets.store(),
+                    Api::all(tenant.clone()),
+                    "type=kubernetes.io/tls",
+                )
+                .await?
+                && same(
+                    &self.opaque_secrets.store(),
+                    Api::all(tenant.clone()),
+                    "type=Opaque",
+                )
+                .await?
+                && same(&self.config_maps.store(), Api::all(tenant.clone()), "").await?;
+            if done || tokio::time::Instant::now() > deadline {
+                return Ok(done);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The tenant ConfigMap `namespace/name`.
+    pub fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
+        self.config_maps
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
 /// What the Ingress reconciler shares.
 pub struct Context {
     pub tenant: Client,
@@ -192,6 +303,7 @@ pub struct Context {
     pub config: AgentConfig,
     pub metrics: Metrics,
     pub recorder: Recorder,
+    pub watches: Watches,
     /// What was last applied to the LB cluster, by kind and name: an
     /// unchanged object is not written again (cleared on every resync).
     applied: Mutex<HashMap<(String, String), Value>>,
@@ -199,7 +311,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(config: AgentConfig, metrics: Metrics) -> Context {
+    pub fn new(config: AgentConfig, metrics: Metrics, watches: Watches) -> Context {
         let recorder = Recorder::new(
             config.tenant.clone(),
             Reporter {
@@ -213,6 +325,7 @@ impl Context {
             config,
             metrics,
             recorder,
+            watches,
             applied: Mutex::new(HashMap::new()),
             failures: teapot_sync::Failures::default(),
         }
@@ -364,7 +477,13 @@ async fn lead(
     health: Arc<Health>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
-    let ctx = Arc::new(Context::new(config.clone(), metrics.clone()));
+    let mut listed = Listed::default();
+    let watches = Watches::start(&config, &mut listed);
+    let ctx = Arc::new(Context::new(
+        config.clone(),
+        metrics.clone(),
+        watches.clone(),
+    ));
     let stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -377,11 +496,20 @@ async fn lead(
     sync_config.mode = config.mode;
     sync_config.resync = config.resync;
     sync_config.min_write_interval = config.min_write_interval;
-    let sync = tokio::spawn(teapot_sync::run(
-        sync_config,
-        metrics.sync.clone(),
-        stop(shutdown.clone()),
-    ));
+    let (sync_watches, sync_listed, sync_stop) =
+        (watches.clone(), listed.clone(), stop(shutdown.clone()));
+    let sync_metrics = metrics.sync.clone();
+    let sync = tokio::spawn(async move {
+        teapot_sync::run_shared(
+            sync_config,
+            sync_metrics,
+            &sync_watches.services,
+            &sync_watches.lb_services,
+            sync_listed,
+            sync_stop,
+        )
+        .await;
+    });
 
     let gc_ctx = ctx.clone();
     let mut gc_stop = shutdown.clone();
@@ -399,10 +527,7 @@ async fn lead(
         }
     });
 
-    let mut listed = Listed::default();
     let (ingresses, store) = primary(Api::<Ingress>::all(config.tenant.clone()), &mut listed);
-    let (services, service_store) =
-        primary(Api::<Service>::all(config.tenant.clone()), &mut listed);
     let ready_health = health.clone();
     tokio::spawn(async move {
         if listed.wait().await {
@@ -411,12 +536,7 @@ async fn lead(
     });
     let lb_ingresses = watcher(
         Api::<Ingress>::namespaced(config.lb.clone(), &config.lb_namespace),
-        watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
-    )
-    .touched_objects();
-    let lb_services = watcher(
-        Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
-        watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+        teapot_sync::lb_copies(),
     )
     .touched_objects();
     let (services_store, secrets_store, ca_secrets_store) =
@@ -434,58 +554,42 @@ async fn lead(
     let ingress_controller = Controller::for_stream(ingresses, store)
         .with_config(debounce.clone())
         .watches_stream(lb_ingresses, |lb: Ingress| ingress::lb_ingress_source(&lb))
-        .watches(
-            Api::<Service>::all(config.tenant.clone()),
-            watcher::Config::default(),
-            move |s: Service| {
-                referencing(
-                    &services_store,
-                    s.namespace(),
-                    s.name_any(),
-                    mirror::referenced_services,
-                )
-            },
-        )
-        .watches(
-            Api::<Secret>::all(config.tenant.clone()),
-            watcher::Config::default().fields("type=kubernetes.io/tls"),
-            move |s: Secret| {
-                referencing(
-                    &secrets_store,
-                    s.namespace(),
-                    s.name_any(),
-                    mirror::referenced_secrets,
-                )
-            },
-        )
+        .watches_stream(watches.services.touched(), move |s: Service| {
+            referencing(
+                &services_store,
+                s.namespace(),
+                s.name_any(),
+                mirror::referenced_services,
+            )
+        })
+        .watches_stream(watches.tls_secrets.touched(), move |s: Secret| {
+            referencing(
+                &secrets_store,
+                s.namespace(),
+                s.name_any(),
+                mirror::referenced_secrets,
+            )
+        })
         // proxy-ssl-secret's CA Secrets (Opaque, ca.crt alone): a change
         // reconciles the Ingresses naming one; nothing of them is kept.
-        .watches(
-            Api::<Secret>::all(config.tenant.clone()),
-            watcher::Config::default().fields("type=Opaque"),
-            move |s: Secret| {
-                referencing(
-                    &ca_secrets_store,
-                    s.namespace(),
-                    s.name_any(),
-                    mirror::referenced_secrets,
-                )
-            },
-        )
+        .watches_stream(watches.opaque_secrets.touched(), move |s: Secret| {
+            referencing(
+                &ca_secrets_store,
+                s.namespace(),
+                s.name_any(),
+                mirror::referenced_secrets,
+            )
+        })
         // custom-headers' ConfigMaps: a change reconciles the Ingresses
         // naming one, which copy it again (crate::headers_mirror).
-        .watches(
-            Api::<ConfigMap>::all(config.tenant.clone()),
-            watcher::Config::default(),
-            move |c: ConfigMap| {
-                referencing(
-                    &config_maps_store,
-                    c.namespace(),
-                    c.name_any(),
-                    headers_mirror::referenced_config_maps,
-                )
-            },
-        )
+        .watches_stream(watches.config_maps.touched(), move |c: ConfigMap| {
+            referencing(
+                &config_maps_store,
+                c.namespace(),
+                c.name_any(),
+                headers_mirror::referenced_config_maps,
+            )
+        })
         .reconcile_all_on(ticks(ctx.clone()))
         .graceful_shutdown_on(stop(shutdown.clone()))
         .run(ingress::reconcile, ingress::error_policy, ctx.clone())
@@ -495,17 +599,20 @@ async fn lead(
             }
         });
     let (gateway_ctx, gateway_stop) = (ctx.clone(), shutdown.clone());
-    let service_controller = Controller::for_stream(services, service_store)
-        .with_config(debounce)
-        .watches_stream(lb_services, |lb: Service| service::lb_service_source(&lb))
-        .reconcile_all_on(ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
-        .run(service::reconcile, service::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "Service controller event");
-            }
-        });
+    let service_controller =
+        Controller::for_stream(watches.services.applied(), watches.services.store())
+            .with_config(debounce)
+            .watches_stream(watches.lb_services.touched(), |lb: Service| {
+                service::lb_service_source(&lb)
+            })
+            .reconcile_all_on(ticks(ctx.clone()))
+            .graceful_shutdown_on(stop(shutdown))
+            .run(service::reconcile, service::error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "Service controller event");
+                }
+            });
     let gateway_api = async move {
         if config.gateway_api_on() {
             gateway::run_controllers(gateway_ctx, gateway_stop).await;

@@ -14,7 +14,8 @@ use teapot_controller::gateway::{reconcile_gateway, reconcile_route};
 use teapot_controller::gateway_mirror::refused_backend_name;
 use teapot_controller::ingress::{CONDITIONS_ANNOTATION, FINALIZER};
 use teapot_controller::mirror::mirrored_secret_name;
-use teapot_controller::{AgentConfig, Context, GatewayApi, Metrics, gc};
+use teapot_controller::{AgentConfig, Context, GatewayApi, Metrics, Watches, gc};
+use teapot_sync::Listed;
 use teapot_testkit::apiserver::ApiServer;
 
 const NS: &str = "shop";
@@ -76,7 +77,10 @@ impl Fixture {
         let lb = ApiServer::start().await;
         let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
         config.gateway_api = GatewayApi::On;
-        let ctx = Arc::new(Context::new(config, Metrics::new().unwrap()));
+        // The reconcilers read referenced objects from the agent's watches;
+        // each reconcile below waits until they have caught up.
+        let watches = Watches::start(&config, &mut Listed::default());
+        let ctx = Arc::new(Context::new(config, Metrics::new().unwrap(), watches));
         tenant.apply(service(NS, "web"));
         tenant.apply(service("search", "search"));
         tenant.apply(tls_secret(NS, "shop-tls"));
@@ -110,6 +114,13 @@ impl Fixture {
     /// Reconciles the Gateway until it holds the finalizer and is mirrored.
     async fn gateway(&self) -> Action {
         let mut action = Action::await_change();
+        assert!(
+            self.ctx
+                .watches
+                .caught_up(&self.tenant.client())
+                .await
+                .unwrap()
+        );
         for _ in 0..2 {
             let g: Arc<Gateway> = self.tenant_object("Gateway", NS, "public");
             action = reconcile_gateway(g, self.ctx.clone())
@@ -121,6 +132,13 @@ impl Fixture {
 
     async fn route(&self, ns: &str) -> Action {
         let mut action = Action::await_change();
+        assert!(
+            self.ctx
+                .watches
+                .caught_up(&self.tenant.client())
+                .await
+                .unwrap()
+        );
         for _ in 0..2 {
             let r: Arc<HttpRoute> = self.tenant_object("HTTPRoute", ns, "store");
             action = reconcile_route(r, self.ctx.clone())
@@ -379,6 +397,7 @@ async fn a_backend_tls_policy_and_its_config_map_are_mirrored_renamed() {
         },
     }));
     let reconcile = || async {
+        assert!(f.ctx.watches.caught_up(&f.tenant.client()).await.unwrap());
         for _ in 0..2 {
             let p: Arc<BackendTlsPolicy> = f.tenant_object("BackendTLSPolicy", NS, "web-tls");
             reconcile_backend_tls_policy(p, f.ctx.clone())
@@ -514,6 +533,7 @@ async fn a_route_traffic_policy_is_mirrored_with_its_targets_renamed() {
         },
     }));
     f.tenant.apply(service(NS, "errors"));
+    assert!(f.ctx.watches.caught_up(&f.tenant.client()).await.unwrap());
     for _ in 0..2 {
         let v = f
             .tenant
@@ -599,6 +619,7 @@ async fn a_route_traffic_policy_s_basic_auth_secret_is_mirrored_renamed() {
         },
     }));
     let reconcile = || async {
+        assert!(f.ctx.watches.caught_up(&f.tenant.client()).await.unwrap());
         for _ in 0..2 {
             let v = f
                 .tenant

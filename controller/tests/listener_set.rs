@@ -13,7 +13,8 @@ use teapot_api::gateway_api::{Gateway, HttpRoute, ListenerSet};
 use teapot_controller::gateway::{reconcile_gateway, reconcile_listener_set, reconcile_route};
 use teapot_controller::ingress::FINALIZER;
 use teapot_controller::mirror::mirrored_secret_name;
-use teapot_controller::{AgentConfig, Context, GatewayApi, Health, Metrics, gc};
+use teapot_controller::{AgentConfig, Context, GatewayApi, Health, Metrics, Watches, gc};
+use teapot_sync::Listed;
 use teapot_testkit::apiserver::ApiServer;
 
 const NS: &str = "shop";
@@ -57,7 +58,10 @@ impl Fixture {
         let lb = ApiServer::start().await;
         let mut config = AgentConfig::new(tenant.client(), lb.client(), LB_NS);
         config.gateway_api = GatewayApi::On;
-        let ctx = Arc::new(Context::new(config, Metrics::new().unwrap()));
+        // The reconcilers read referenced objects from the agent's watches;
+        // each reconcile below waits until they have caught up.
+        let watches = Watches::start(&config, &mut Listed::default());
+        let ctx = Arc::new(Context::new(config, Metrics::new().unwrap(), watches));
         tenant.apply(json!({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": "web-tls", "namespace": NS},
@@ -77,6 +81,13 @@ impl Fixture {
     /// Reconciles twice: the finalizer, then the copy.
     async fn set(&self, name: &str) -> Action {
         let mut action = Action::await_change();
+        assert!(
+            self.ctx
+                .watches
+                .caught_up(&self.tenant.client())
+                .await
+                .unwrap()
+        );
         for _ in 0..2 {
             let s: Arc<ListenerSet> = self.tenant_object("ListenerSet", name);
             action = reconcile_listener_set(s, self.ctx.clone())
@@ -87,6 +98,13 @@ impl Fixture {
     }
 
     async fn gateway(&self) {
+        assert!(
+            self.ctx
+                .watches
+                .caught_up(&self.tenant.client())
+                .await
+                .unwrap()
+        );
         for _ in 0..2 {
             let g: Arc<Gateway> = self.tenant_object("Gateway", "public");
             reconcile_gateway(g, self.ctx.clone())
@@ -96,6 +114,13 @@ impl Fixture {
     }
 
     async fn route(&self) {
+        assert!(
+            self.ctx
+                .watches
+                .caught_up(&self.tenant.client())
+                .await
+                .unwrap()
+        );
         for _ in 0..2 {
             let r: Arc<HttpRoute> = self.tenant_object("HTTPRoute", "store");
             reconcile_route(r, self.ctx.clone())

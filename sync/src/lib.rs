@@ -53,6 +53,9 @@ use teapot_api::admission::{MANAGED_BY_LABEL, MANAGED_BY_SYNC};
 use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::SERVICE_NAME_LABEL;
 
+pub mod shared;
+pub use shared::Shared;
+
 /// Label on every LB object the agent writes: the tenant namespace.
 pub const SOURCE_NAMESPACE_LABEL: &str = "teapot.dev/source-namespace";
 /// Label on every LB object the agent writes: the tenant object's name
@@ -305,11 +308,61 @@ pub struct Context {
     metrics: SyncMetrics,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
+    /// Which tenant slices belong to which Service.
+    slice_index: SliceIndex,
     lb_services: Store<Service>,
-    /// The three stores above have listed.
+    /// The slices this half wrote, as the LB cluster has them: which parts
+    /// to delete when a Service shrinks, also after a restart.
+    lb_slices: Store<EndpointSlice>,
+    /// The stores above have listed.
     listed: Listed,
     written: Mutex<HashMap<String, Written>>,
     failures: Failures,
+}
+
+/// The names of the tenant EndpointSlices of each Service, so a reconcile
+/// reads its Service's slices rather than scanning every slice of the
+/// cluster (10,000 Services: a burst of changes would cost each of them a
+/// pass over all). Keys may outlive their slice (one deleted while a watch
+/// was down, or relabelled): the lookup goes through the store and checks
+/// the label again, so a stale key costs one miss and nothing else.
+#[derive(Clone, Debug, Default)]
+struct SliceIndex(Arc<Mutex<HashMap<ServiceKey, BTreeSet<String>>>>);
+
+/// A tenant Service: namespace, name.
+type ServiceKey = (String, String);
+
+impl SliceIndex {
+    fn note(&self, event: &watcher::Event<EndpointSlice>) {
+        let (slice, add) = match event {
+            watcher::Event::Apply(s) | watcher::Event::InitApply(s) => (s, true),
+            watcher::Event::Delete(s) => (s, false),
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let (Some(namespace), Some(service)) =
+            (slice.namespace(), slice.labels().get(SERVICE_NAME_LABEL))
+        else {
+            return;
+        };
+        let key = (namespace, service.clone());
+        let mut index = self.0.lock();
+        if add {
+            index.entry(key).or_default().insert(slice.name_any());
+        } else if let Some(names) = index.get_mut(&key) {
+            names.remove(&slice.name_any());
+            if names.is_empty() {
+                index.remove(&key);
+            }
+        }
+    }
+
+    fn names(&self, namespace: &str, service: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .get(&(namespace.to_string(), service.to_string()))
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// The tenant Service an LB object mirrors, from its source labels.
@@ -366,11 +419,53 @@ pub const FAMILIES: [(&str, &str); 2] = [("IPv4", ""), ("IPv6", IPV6_SUFFIX)];
 /// Suffix of the LB EndpointSlice holding a Service's IPv6 endpoints.
 pub const IPV6_SUFFIX: &str = "-ipv6";
 
+/// Endpoints per LB EndpointSlice: the API server refuses more, and so
+/// does the webhook under the default `maxEndpointsPerSlice`. A family with
+/// more is split over several slices, as the EndpointSlice controller
+/// does; the proxy merges a Service's slices by their
+/// `kubernetes.io/service-name` label.
+pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
+
+/// LB EndpointSlices per Service and family, so at most 5,000 endpoints per
+/// family are mirrored: Kubernetes' tested bound on backends per Service
+/// (and on nodes per cluster, which bounds `nodeport` mode), and with two
+/// families the webhook's EndpointSlice quota of
+/// [`teapot_api::admission::SLICES_PER_SERVICE`] per Service. A tenant
+/// Service with more ready endpoints has the first 5,000 of each family
+/// (by address) mirrored and a warning logged, so one hostile Service
+/// cannot make the agent write without limit.
+pub const MAX_SLICES_PER_FAMILY: usize =
+    teapot_api::admission::SLICES_PER_SERVICE as usize / FAMILIES.len();
+
+/// Separator before the ordinal of a family's second and later slices:
+/// a dot, which no Service name (a DNS label) holds, so `web.2` never
+/// meets the slice of a Service named `web-2`.
+pub const PART_SEPARATOR: char = '.';
+
 /// The LB EndpointSlice names of the tenant Service `namespace/name`, one
 /// per family of [`FAMILIES`].
 pub fn slice_names(namespace: &str, name: &str) -> [String; 2] {
     let mirrored = mirrored_service_name(namespace, name);
     FAMILIES.map(|(_, suffix)| format!("{mirrored}{suffix}"))
+}
+
+/// Every LB EndpointSlice name the tenant Service `namespace/name` can
+/// have: per family, the first slice ([`slice_names`]) and the
+/// `.2` ... `.`[`MAX_SLICES_PER_FAMILY`] parts after it.
+pub fn all_slice_names(namespace: &str, name: &str) -> Vec<String> {
+    slice_names(namespace, name)
+        .into_iter()
+        .flat_map(|first| (0..MAX_SLICES_PER_FAMILY).map(move |i| part_name(&first, i)))
+        .collect()
+}
+
+/// The name of part `index` (from 0) of a family's slices.
+fn part_name(first: &str, index: usize) -> String {
+    if index == 0 {
+        first.to_string()
+    } else {
+        format!("{first}{PART_SEPARATOR}{}", index + 1)
+    }
 }
 
 /// The mode of one Service: its annotation, else the agent's.
@@ -482,8 +577,13 @@ pub fn desired_slices(
                 by_name.into_values().collect()
             }
         };
+        let max = MAX_ENDPOINTS_PER_SLICE * MAX_SLICES_PER_FAMILY;
+        if addresses.len() > max {
+            tracing::warn!(service = %format!("{namespace}/{name}"), family, endpoints = addresses.len(), mirrored = max, "more endpoints than the agent mirrors per Service and family; the rest are not served");
+        }
         let endpoints: Vec<Endpoint> = addresses
             .into_iter()
+            .take(max)
             .map(|ip: IpAddr| Endpoint {
                 addresses: vec![ip.to_string()],
                 conditions: Some(EndpointConditions {
@@ -493,27 +593,38 @@ pub fn desired_slices(
                 ..Endpoint::default()
             })
             .collect();
-        out.push(EndpointSlice {
-            metadata: ObjectMeta {
-                name: Some(format!("{mirrored}{suffix}")),
-                namespace: Some(lb_namespace.to_string()),
-                labels: Some(BTreeMap::from([
-                    (SERVICE_NAME_LABEL.to_string(), mirrored.clone()),
-                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY_SYNC.to_string()),
-                    (SOURCE_NAMESPACE_LABEL.to_string(), namespace.clone()),
-                    (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
-                ])),
-                annotations: service
-                    .metadata
-                    .uid
-                    .as_ref()
-                    .map(|uid| BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])),
-                ..ObjectMeta::default()
-            },
-            address_type: family.into(),
-            endpoints: Some(endpoints),
-            ports: Some(ports),
-        });
+        let first = format!("{mirrored}{suffix}");
+        // An empty family keeps its first slice, empty: the Service stays
+        // known to the proxy with no endpoint rather than vanishing.
+        let parts: Vec<Vec<Endpoint>> = if endpoints.is_empty() {
+            vec![Vec::new()]
+        } else {
+            endpoints
+                .chunks(MAX_ENDPOINTS_PER_SLICE)
+                .map(<[Endpoint]>::to_vec)
+                .collect()
+        };
+        for (index, endpoints) in parts.into_iter().enumerate() {
+            out.push(EndpointSlice {
+                metadata: ObjectMeta {
+                    name: Some(part_name(&first, index)),
+                    namespace: Some(lb_namespace.to_string()),
+                    labels: Some(BTreeMap::from([
+                        (SERVICE_NAME_LABEL.to_string(), mirrored.clone()),
+                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_SYNC.to_string()),
+                        (SOURCE_NAMESPACE_LABEL.to_string(), namespace.clone()),
+                        (SOURCE_NAME_LABEL.to_string(), label_value(&name)),
+                    ])),
+                    annotations: service.metadata.uid.as_ref().map(|uid| {
+                        BTreeMap::from([(SOURCE_UID_ANNOTATION.to_string(), uid.clone())])
+                    }),
+                    ..ObjectMeta::default()
+                },
+                address_type: family.into(),
+                endpoints: Some(endpoints),
+                ports: Some(ports.clone()),
+            });
+        }
     }
     Ok(out)
 }
@@ -529,7 +640,7 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
     let mirrored = mirrored_service_name(&namespace, &name);
-    let names = slice_names(&namespace, &name);
+    let names = all_slice_names(&namespace, &name);
     let lb_ref = ObjectRef::<Service>::new(&mirrored).within(&ctx.config.lb_namespace);
     if ctx.lb_services.get(&lb_ref).is_none() {
         tracing::debug!(service = %format!("{namespace}/{name}"), "not mirrored on the LB side (yet)");
@@ -542,13 +653,11 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     }
     let mode = mode_of(&service, ctx.config.mode)?;
     let slices: Vec<Arc<EndpointSlice>> = ctx
-        .slices
-        .state()
+        .slice_index
+        .names(&namespace, &name)
         .into_iter()
-        .filter(|s| {
-            s.metadata.namespace.as_deref() == Some(namespace.as_str())
-                && s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
-        })
+        .filter_map(|slice| ctx.slices.get(&ObjectRef::new(&slice).within(&namespace)))
+        .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&name))
         .collect();
     let nodes = &ctx.nodes;
     let node_ips = |n: &str| {
@@ -559,22 +668,6 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     };
     let desired = desired_slices(&service, &slices, &node_ips, mode, &ctx.config.lb_namespace)?;
     let api: Api<EndpointSlice> = Api::namespaced(ctx.config.lb.clone(), &ctx.config.lb_namespace);
-    // A family the Service no longer has (a dual-stack Service made
-    // IPv4-only): its LB slice would keep routing to the old endpoints.
-    for gone in names
-        .iter()
-        .filter(|n| !desired.iter().any(|d| d.metadata.name.as_ref() == Some(*n)))
-    {
-        if ctx.written.lock().contains_key(gone) {
-            match api.delete(gone, &Default::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            ctx.written.lock().remove(gone);
-            tracing::debug!(service = %format!("{namespace}/{name}"), slice = %gone, "EndpointSlice of a family the Service no longer has deleted");
-        }
-    }
     let min = ctx.config.min_write_interval;
     let mut requeue: Option<Duration> = None;
     for slice in &desired {
@@ -616,6 +709,29 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
                 deferred: false,
             },
         );
+    }
+    // Slices the Service no longer needs, after the ones it does were
+    // written (a shrink never leaves a moment with fewer endpoints): a
+    // family it no longer has (a dual-stack Service made IPv4-only), parts
+    // past its endpoint count. Either would keep routing to old endpoints.
+    for gone in names
+        .iter()
+        .filter(|n| !desired.iter().any(|d| d.metadata.name.as_ref() == Some(*n)))
+    {
+        let on_lb = ctx
+            .lb_slices
+            .get(&ObjectRef::new(gone).within(&ctx.config.lb_namespace))
+            .is_some();
+        if on_lb || ctx.written.lock().contains_key(gone) {
+            match api.delete(gone, &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            ctx.written.lock().remove(gone);
+            ctx.metrics.writes.inc();
+            tracing::debug!(service = %format!("{namespace}/{name}"), slice = %gone, "EndpointSlice the Service no longer needs deleted");
+        }
     }
     if let Some(wait) = requeue {
         return Ok(Action::requeue(wait));
@@ -691,14 +807,45 @@ fn node_changes(
     })
 }
 
-/// Runs the sync half until `shutdown` completes.
+/// Runs the sync half alone until `shutdown` completes, with watches of
+/// its own (the agent shares them with its controller half: [`run_shared`]).
 pub async fn run(
     config: SyncConfig,
     metrics: SyncMetrics,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let tenant = config.tenant.clone();
     let mut listed = Listed::default();
+    let services = Shared::watch(
+        Api::<Service>::all(config.tenant.clone()),
+        watcher::Config::default(),
+        &mut listed,
+    );
+    let lb_services = Shared::watch(
+        Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
+        lb_copies(),
+        &mut listed,
+    );
+    run_shared(config, metrics, &services, &lb_services, listed, shutdown).await;
+}
+
+/// What selects the LB objects the agent wrote.
+pub fn lb_copies() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}"))
+}
+
+/// Runs the sync half until `shutdown` completes, on the agent's one
+/// watch of tenant Services and of LB Services (`listed` tracks them).
+/// Tenant EndpointSlices, Nodes and LB EndpointSlices only this half
+/// reads, so it watches them itself.
+pub async fn run_shared(
+    config: SyncConfig,
+    metrics: SyncMetrics,
+    services: &Shared<Service>,
+    lb_services: &Shared<Service>,
+    mut listed: Listed,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let tenant = config.tenant.clone();
     let (nodes, node_writer) = reflector::store();
     let node_stream = listed
         .track(reflector::reflector(
@@ -707,6 +854,8 @@ pub async fn run(
         ))
         .touched_objects();
     let (slices, slice_writer) = reflector::store();
+    let slice_index = SliceIndex::default();
+    let indexer = slice_index.clone();
     let slice_stream = listed
         .track(reflector::reflector(
             slice_writer,
@@ -715,24 +864,32 @@ pub async fn run(
                 watcher::Config::default(),
             ),
         ))
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexer.note(event);
+            }
+        })
         .touched_objects();
-    let (lb_services, lb_writer) = reflector::store();
-    let lb_stream = listed
+    let (lb_slices, lb_slice_writer) = reflector::store();
+    // Read, never a trigger: this half's own writes would only come back.
+    let lb_slice_stream = listed
         .track(reflector::reflector(
-            lb_writer,
+            lb_slice_writer,
             watcher(
-                Api::<Service>::namespaced(config.lb.clone(), &config.lb_namespace),
-                watcher::Config::default().labels(&format!("{APP_MANAGED_BY_LABEL}={AGENT}")),
+                Api::<EndpointSlice>::namespaced(config.lb.clone(), &config.lb_namespace),
+                watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SYNC}")),
             ),
         ))
-        .touched_objects();
+        .filter_map(|_| futures::future::ready(None::<()>));
     let resync = config.resync;
     let ctx = Arc::new(Context {
         config,
         metrics: metrics.clone(),
         nodes: nodes.clone(),
         slices,
-        lb_services,
+        slice_index,
+        lb_services: lb_services.store(),
+        lb_slices,
         listed,
         written: Mutex::new(HashMap::new()),
         failures: Failures::default(),
@@ -748,15 +905,15 @@ pub async fn run(
     let relists = ctx.listed.relists();
     let all = futures::stream::select(
         futures::stream::select(node_changes(node_stream, nodes), ticks),
-        relists,
+        futures::stream::select(relists, lb_slice_stream),
     );
-    Controller::new(Api::<Service>::all(tenant), watcher::Config::default())
+    Controller::for_stream(services.applied(), services.store())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_stream(slice_stream, |slice: EndpointSlice| {
             let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
             Some(ObjectRef::<Service>::new(&service).within(&slice.namespace()?))
         })
-        .watches_stream(lb_stream, |lb: Service| {
+        .watches_stream(lb_services.touched(), |lb: Service| {
             let (namespace, name) = source_of(&lb.metadata)?;
             Some(ObjectRef::<Service>::new(&name).within(&namespace))
         })

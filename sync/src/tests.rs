@@ -342,3 +342,87 @@ fn a_node_lists_its_first_internal_ip_of_each_family() {
         .collect();
     assert_eq!(ips, ["10.0.0.1", "fd00::1"]);
 }
+
+/// `n` ready pods in tenant slices of 100, as the EndpointSlice controller
+/// cuts them.
+fn many_pods(n: usize) -> Vec<Arc<EndpointSlice>> {
+    (0..n.div_ceil(100))
+        .map(|s| {
+            let endpoints: Vec<serde_json::Value> = (s * 100..((s + 1) * 100).min(n))
+                .map(|p| json!({"addresses": [format!("10.{}.{}.{}", p / 65536, p / 256 % 256, p % 256)]}))
+                .collect();
+            slice(&format!("web-{s}"), json!(endpoints))
+        })
+        .collect()
+}
+
+#[test]
+fn a_family_past_one_slice_is_split_into_named_parts_of_at_most_a_thousand() {
+    let svc = service(json!({MODE_ANNOTATION: "pod"}), false);
+    let out = desired_slices(&svc, &many_pods(2500), &nodes, Mode::Pod, "t").unwrap();
+    let mirrored = mirrored_service_name("shop", "web");
+    let parts: Vec<(String, usize)> = out
+        .iter()
+        .map(|s| {
+            (
+                s.metadata.name.clone().unwrap(),
+                s.endpoints.as_ref().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (mirrored.clone(), 1000),
+            (format!("{mirrored}.2"), 1000),
+            (format!("{mirrored}.3"), 500),
+        ]
+    );
+    for s in &out {
+        assert_eq!(s.metadata.labels, out[0].metadata.labels, "one Service");
+        assert_eq!(s.ports, out[0].ports);
+    }
+    // No address twice across the parts.
+    let all: BTreeSet<&String> = out
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .flat_map(|e| &e.addresses)
+        .collect();
+    assert_eq!(all.len(), 2500);
+    // Parts never take the name of another Service's slices.
+    let others: Vec<String> = ["web-2", "web-3", "web-ipv6-2"]
+        .iter()
+        .flat_map(|n| all_slice_names("shop", n))
+        .collect();
+    assert!(
+        all_slice_names("shop", "web")
+            .iter()
+            .all(|n| !others.contains(n))
+    );
+    let names = all_slice_names("shop", "web");
+    assert_eq!(names.len(), 2 * MAX_SLICES_PER_FAMILY);
+    assert!(
+        out.iter()
+            .all(|s| names.contains(s.metadata.name.as_ref().unwrap()))
+    );
+}
+
+#[test]
+fn a_hostile_service_is_mirrored_up_to_the_bound_of_slices_per_family() {
+    let svc = service(json!({MODE_ANNOTATION: "pod"}), false);
+    let out = desired_slices(&svc, &many_pods(20_000), &nodes, Mode::Pod, "t").unwrap();
+    assert_eq!(out.len(), MAX_SLICES_PER_FAMILY);
+    assert_eq!(MAX_SLICES_PER_FAMILY, 5);
+    assert!(
+        out.iter()
+            .all(|s| s.endpoints.as_ref().unwrap().len() == MAX_ENDPOINTS_PER_SLICE)
+    );
+}
+
+#[test]
+fn an_empty_family_keeps_its_one_empty_slice() {
+    let svc = service(json!({MODE_ANNOTATION: "pod"}), false);
+    let out = desired_slices(&svc, &[], &nodes, Mode::Pod, "t").unwrap();
+    assert_eq!(out.len(), 1);
+    assert!(out[0].endpoints.as_ref().unwrap().is_empty());
+}

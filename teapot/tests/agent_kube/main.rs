@@ -16,6 +16,7 @@ mod common;
 mod agent_custom_headers_e2e;
 mod agent_e2e;
 mod agent_gateway_e2e;
+mod agent_scale_e2e;
 mod capi_e2e;
 mod dual_stack_e2e;
 mod kube_e2e;
