@@ -86,6 +86,10 @@ pub struct FileCache {
     /// A file could not be read last time (its objects were kept, and
     /// which they are is not cached): the next load's changes are unknown.
     unread: bool,
+    /// The objects named by the last load's problems (`Kind ns/name`): a
+    /// duplicate or a refusal there makes which definition serves depend
+    /// on other files, so [`read_slice_files`] leaves them to a whole load.
+    problem_objects: std::collections::HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -104,11 +108,32 @@ impl FileCache {
         for file in self.files.values_mut() {
             file.clean = true;
         }
+        self.problem_objects = problems.iter().filter_map(|p| p.object.clone()).collect();
         for p in problems {
             if let Some(file) = self.files.get_mut(&p.file) {
                 file.clean = false;
             }
         }
+    }
+
+    /// Whether every one of `paths` that the last load read held
+    /// EndpointSlices alone (and at least one did): a change of them is
+    /// likely one [`read_slice_files`] applies in place.
+    pub fn holds_slices_alone(&self, paths: &[PathBuf]) -> bool {
+        let mut any = false;
+        for path in paths {
+            if let Some(file) = self.files.get(path) {
+                if !file.clean || file.keys.iter().any(|(k, _)| k.kind != Kind::EndpointSlice) {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn names_problem(&self, key: &ObjectKey) -> bool {
+        !self.problem_objects.is_empty() && self.problem_objects.contains(&key.to_string())
     }
 
     /// Files the last load took over unparsed.
@@ -142,6 +167,143 @@ fn text_hash(text: &str) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
+}
+
+/// EndpointSlice changes read from the files a watcher named
+/// ([`read_slice_files`]), and the cache entries they leave.
+#[derive(Debug, Default)]
+pub struct SliceFiles {
+    pub changes: Vec<crate::store::SliceChange>,
+    /// Per file read: its new entry, `None` when it is gone.
+    entries: Vec<(PathBuf, Option<CachedFile>)>,
+}
+
+impl SliceFiles {
+    /// Records the files read as the cache's, once their changes are
+    /// applied to the store the cache describes.
+    pub fn settle(&mut self, cache: &mut FileCache) {
+        for (file, entry) in self.entries.drain(..) {
+            match entry {
+                Some(entry) => cache.files.insert(file, entry),
+                None => cache.files.remove(&file),
+            };
+        }
+        cache.changed = None;
+        cache.taken_over = 0;
+    }
+}
+
+/// Reads only `paths`, the files under `dir` a watcher says were written
+/// whole or removed, when what they held at the last load and what they
+/// hold now are EndpointSlices alone, every one of them clean: the most
+/// frequent change of a fleet (a tenant's pods moving) then costs the
+/// files changed, not the directory (docs/capacity.md). `None` when a
+/// whole load is needed to say what changed: anything but an
+/// EndpointSlice written, removed or named by a path; a directory, a
+/// dot-path or an unreadable file named; a document that does not parse;
+/// an object defined twice or named by a standing problem; no whole load
+/// yet. A path that is not a manifest and not a directory is skipped, as
+/// the whole load skips it.
+pub fn read_slice_files(
+    dir: &Path,
+    paths: &[PathBuf],
+    store: &Store,
+    cache: &FileCache,
+) -> Option<SliceFiles> {
+    if cache.files.is_empty() || cache.unread {
+        return None;
+    }
+    let mut out = SliceFiles::default();
+    let mut added: std::collections::HashSet<ObjectKey> = std::collections::HashSet::new();
+    for path in paths {
+        let relative = path.strip_prefix(dir).ok()?;
+        if relative
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+        {
+            return None;
+        }
+        let meta = std::fs::metadata(path);
+        match &meta {
+            Ok(m) if m.is_dir() => return None,
+            Ok(_) if !is_manifest(path) => continue,
+            // A path gone that could have been a directory of manifests.
+            Err(_) if !is_manifest(path) => return None,
+            _ => {}
+        }
+        let cached = cache.files.get(path);
+        if cached.is_some_and(|c| !c.clean) {
+            return None;
+        }
+        let old: &[(ObjectKey, usize)] = cached.map_or(&[], |c| &c.keys);
+        if old
+            .iter()
+            .any(|(key, _)| key.kind != Kind::EndpointSlice || cache.names_problem(key))
+        {
+            return None;
+        }
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => return None,
+        };
+        let Some(text) = text else {
+            out.changes
+                .extend(old.iter().map(|(key, _)| crate::store::SliceChange {
+                    id: crate::store::NsName::new(key.namespace.clone(), key.name.clone()),
+                    slice: None,
+                }));
+            out.entries.push((path.clone(), None));
+            continue;
+        };
+        if cached.is_some_and(|c| c.len == text.len() && c.hash == text_hash(&text)) {
+            continue;
+        }
+        let mut loaded = Loaded::default();
+        load_text(path, &text, store, &mut loaded);
+        if !loaded.problems.is_empty() || loaded.store.len() != loaded.store.endpoint_slices.len() {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(loaded.store.endpoint_slices.len());
+        loaded
+            .store
+            .for_each_key(|key, origin| keys.push((key, origin.document)));
+        keys.sort_by_key(|(_, document)| *document);
+        for (key, _) in &keys {
+            let defined_here = old.iter().any(|(k, _)| k == key);
+            // Defined by another file, now or by another path of this
+            // change: the whole load says which definition serves.
+            if (!defined_here && store.contains(key))
+                || cache.names_problem(key)
+                || !added.insert(key.clone())
+            {
+                return None;
+            }
+        }
+        for (key, _) in old {
+            if !keys.iter().any(|(k, _)| k == key) {
+                out.changes.push(crate::store::SliceChange {
+                    id: crate::store::NsName::new(key.namespace.clone(), key.name.clone()),
+                    slice: None,
+                });
+            }
+        }
+        out.changes
+            .extend(loaded.store.endpoint_slices.into_iter().map(|(id, slice)| {
+                crate::store::SliceChange {
+                    id,
+                    slice: Some(slice),
+                }
+            }));
+        let entry = CachedFile {
+            len: text.len(),
+            hash: text_hash(&text),
+            keys,
+            clean: true,
+        };
+        out.entries.push((path.clone(), Some(entry)));
+    }
+    Some(out)
 }
 
 /// [`load_dir`], taking unchanged clean files over from `cache` and leaving

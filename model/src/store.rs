@@ -103,6 +103,16 @@ pub struct TlsSecret {
     pub source: k8s_openapi::api::core::v1::Secret,
 }
 
+/// One EndpointSlice replaced, added (`slice`) or removed (`None`): the
+/// change teapot applies to a store without loading or compiling the rest
+/// (`crate::manifests::read_slice_files`, the kube source's
+/// `take_slice_changes`).
+#[derive(Debug)]
+pub struct SliceChange {
+    pub id: NsName,
+    pub slice: Option<Stored<CompactSlice>>,
+}
+
 /// A ListenerSet as the store keeps it: the object, and its listeners in
 /// the Gateway's listener type (the two share the schema), converted once
 /// when read (`gateway::listener_set`), so the compile puts them
@@ -325,6 +335,16 @@ pub enum Object {
 }
 
 impl Store {
+    /// Puts EndpointSlice changes in place.
+    pub fn apply_slices(&mut self, changes: Vec<SliceChange>) {
+        for change in changes {
+            match change.slice {
+                Some(slice) => self.endpoint_slices.insert(change.id, slice),
+                None => self.endpoint_slices.remove(&change.id),
+            };
+        }
+    }
+
     /// Number of objects of every kind.
     pub fn len(&self) -> usize {
         self.ingresses.len()

@@ -22,7 +22,7 @@ use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
 
 use crate::manifests::{Loaded, Problem};
-use crate::store::{Kind, NsName, ObjectKey, Origin, Store};
+use crate::store::{Kind, NsName, ObjectKey, Origin, SliceChange, Store};
 
 /// One Tenant as the compile sees it.
 #[derive(Debug)]
@@ -125,6 +125,100 @@ pub fn admit_cached(
     verdicts.end();
 }
 
+/// [`admit_cached`] for a change of EndpointSlices alone, when nothing
+/// else in `store` (as the last admission left it) changed: each new slice
+/// is judged as the whole pass would judge it, and its tenant's total
+/// weighed against what the last admission counted. `Err` (why) when a
+/// slice is refused or its tenant's total is, or may be, past
+/// `maxTotalBytes`: the caller then admits the whole store, which says
+/// which objects are refused and keeps their previous versions. On `Ok`
+/// the verdicts and totals are those of the store with the changes.
+pub fn admit_slice_changes(
+    store: &Store,
+    changes: &[SliceChange],
+    domain: &str,
+    lb_networks: &[IpNet],
+    verdicts: &mut SliceVerdicts,
+) -> Result<(), &'static str> {
+    if verdicts.context.is_none() {
+        return Err("no admission to build on yet");
+    }
+    let touched: std::collections::HashSet<&str> =
+        changes.iter().map(|c| c.id.namespace.as_str()).collect();
+    let tenants: Vec<&Tenant> = store.tenants.values().map(|t| &*t.object).collect();
+    let by_namespace: HashMap<String, &Tenant> = tenants
+        .iter()
+        .map(|t| (t.namespace_name(), *t))
+        .filter(|(ns, _)| touched.contains(ns.as_str()))
+        .collect();
+    if by_namespace.is_empty() {
+        return Ok(());
+    }
+    // Slices are judged with every tenant's node networks (an endpoint
+    // may not point into another tenant's nodes); hosts play no part.
+    let holdings = Holdings::from_objects(tenants.iter().copied(), std::iter::empty());
+    let mut weights: HashMap<&str, Weight> = HashMap::new();
+    let mut judged: Vec<(&NsName, Option<Verdict>)> = Vec::with_capacity(changes.len());
+    for change in changes {
+        let Some(tenant) = by_namespace.get(&change.id.namespace) else {
+            continue;
+        };
+        let weight = weights
+            .entry(change.id.namespace.as_str())
+            .or_insert_with(|| {
+                verdicts
+                    .weights
+                    .get(&change.id.namespace)
+                    .copied()
+                    .unwrap_or_default()
+            });
+        if weight.over {
+            return Err("the tenant's objects were past maxTotalBytes");
+        }
+        let before = store
+            .endpoint_slices
+            .get(&change.id)
+            .map_or(0, |s| s.object.source_bytes() as u64);
+        weight.bytes = weight.bytes.saturating_sub(before);
+        let Some(stored) = &change.slice else {
+            judged.push((&change.id, None));
+            continue;
+        };
+        let size = stored.object.source_bytes();
+        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
+        let typed = stored.object.to_typed();
+        let object = TenantObjectRef::EndpointSlice(&typed);
+        let mut violations = admission::check_typed_sized(&ctx, &change.id.namespace, object, size);
+        violations.extend_from_slice(stored.object.dropped_violations());
+        if !violations.is_empty() {
+            return Err("the tenant policy refuses a slice");
+        }
+        weight.bytes += size as u64;
+        let max = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref())
+            .max_total_bytes;
+        if weight.bytes > max {
+            return Err("the tenant's objects would be past maxTotalBytes");
+        }
+        judged.push((
+            &change.id,
+            Some(Verdict {
+                slice: stored.object.clone(),
+                violations,
+            }),
+        ));
+    }
+    for (namespace, weight) in weights {
+        verdicts.weights.insert(namespace.to_string(), weight);
+    }
+    for (id, verdict) in judged {
+        match verdict {
+            Some(v) => verdicts.kept.insert(id.clone(), v),
+            None => verdicts.kept.remove(id),
+        };
+    }
+    Ok(())
+}
+
 /// The tenant policy's verdicts on EndpointSlices, kept from one load to
 /// the next. A slice's verdict depends on the slice, on every Tenant (its
 /// own for nodeCIDRs and limits, the others' nodeCIDRs, which its
@@ -137,6 +231,20 @@ pub struct SliceVerdicts {
     kept: FastHashMap<NsName, Verdict>,
     next: FastHashMap<NsName, Verdict>,
     reused: usize,
+    /// What each tenant namespace's admitted objects weighed in the last
+    /// admission ([`over_total`]): an EndpointSlice change alone is judged
+    /// against it ([`admit_slice_changes`]) without the whole store.
+    weights: HashMap<String, Weight>,
+}
+
+/// A tenant namespace's admitted objects against `maxTotalBytes`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Weight {
+    bytes: u64,
+    /// Some object was refused for taking the total past the limit: which
+    /// ones are refused then depends on every object's age, so a change
+    /// there is judged with the whole store.
+    over: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -168,6 +276,7 @@ impl SliceVerdicts {
             self.context = Some(context);
         }
         self.next.clear();
+        self.weights.clear();
         self.reused = 0;
     }
 
@@ -489,7 +598,11 @@ fn admit_pass(
             refused.push((key(Kind::EndpointSlice, id), s.origin.clone(), violations));
         }
     }
-    refused.extend(over_total(loaded_bytes, &by_namespace));
+    refused.extend(over_total(
+        loaded_bytes,
+        &by_namespace,
+        &mut verdicts.weights,
+    ));
 
     let mut kept_any = false;
     for (key, origin, violations) in refused {
@@ -600,7 +713,9 @@ struct Weighed {
 fn over_total(
     mut objects: Vec<Weighed>,
     by_namespace: &HashMap<String, &Tenant>,
+    weights: &mut HashMap<String, Weight>,
 ) -> Vec<(ObjectKey, Origin, Vec<Violation>)> {
+    weights.clear();
     objects.sort_by(|a, b| {
         (&a.key.namespace, a.created.is_none(), &a.created, &a.key).cmp(&(
             &b.key.namespace,
@@ -636,6 +751,7 @@ fn over_total(
             None
         };
         if let Some(message) = refusal {
+            weights.entry(o.key.namespace.clone()).or_default().over = true;
             out.push((
                 o.key.clone(),
                 o.origin.clone(),
@@ -644,6 +760,7 @@ fn over_total(
         } else {
             *total += o.size as u64;
             *regex = regex.plus(o.regex);
+            weights.entry(o.key.namespace.clone()).or_default().bytes += o.size as u64;
         }
     }
     out
@@ -898,5 +1015,115 @@ mod tests {
             .filter(|p| p.message.contains("maxTotalBytes"))
             .count();
         assert_eq!(refused, 20 - fits);
+    }
+
+    /// A slice changed alone is judged against what its tenant's objects
+    /// weighed at the last admission: one that takes the total past
+    /// `maxTotalBytes`, or a tenant already past it, needs the whole
+    /// store's admission (which says which objects go); one that fits is
+    /// admitted by itself.
+    #[test]
+    fn a_slice_changed_alone_is_weighed_against_its_tenants_total() {
+        let slice = |name: &str, n: usize| {
+            let endpoints: Vec<String> = (0..n)
+                .map(|e| format!("{{addresses: [\"10.1.0.{}\"]}}", e + 1))
+                .collect();
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: tenant-a, labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{}]\n",
+                endpoints.join(", ")
+            )
+        };
+        let read = |text: &str| {
+            let mut loaded = Loaded::default();
+            crate::manifests::load_text(
+                std::path::Path::new("s.yaml"),
+                text,
+                &Store::default(),
+                &mut loaded,
+            );
+            assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+            loaded
+        };
+        let change = |text: &str| {
+            let loaded = read(text);
+            let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
+            vec![SliceChange {
+                id,
+                slice: Some(slice),
+            }]
+        };
+        let one = read(&slice("x", 10))
+            .store
+            .endpoint_slices
+            .values()
+            .next()
+            .unwrap()
+            .object
+            .source_bytes() as u64;
+        let tenant = format!(
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [10.1.0.0/16], limits: {{maxTotalBytes: {}}}}}\n",
+            one * 5 / 2
+        );
+        let mut loaded = read(&format!(
+            "{tenant}---\n{}---\n{}",
+            slice("s-1", 10),
+            slice("s-2", 10)
+        ));
+        let mut verdicts = SliceVerdicts::default();
+        admit_cached(
+            &mut loaded,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let store = loaded.store;
+        let admit = |changes: &[SliceChange], verdicts: &mut SliceVerdicts| {
+            admit_slice_changes(&store, changes, "example.net", &[], verdicts)
+        };
+        // The same size again: fits.
+        assert_eq!(admit(&change(&slice("s-1", 10)), &mut verdicts), Ok(()));
+        // Twice the size: past the total.
+        assert!(admit(&change(&slice("s-1", 20)), &mut verdicts).is_err());
+        // A third slice: past the total.
+        assert!(admit(&change(&slice("s-3", 10)), &mut verdicts).is_err());
+        // Refused by the policy: outside the tenant's nodes.
+        let foreign = slice("s-1", 1).replace("10.1.0.1", "10.9.0.1");
+        assert!(admit(&change(&foreign), &mut verdicts).is_err());
+        // A removal frees room for a third slice.
+        let gone = vec![SliceChange {
+            id: NsName::new("tenant-a", "s-2"),
+            slice: None,
+        }];
+        assert_eq!(admit(&gone, &mut verdicts), Ok(()));
+
+        // A tenant already past its total is left to the whole admission.
+        let mut loaded = read(&format!(
+            "{tenant}---\n{}---\n{}---\n{}",
+            slice("s-1", 10),
+            slice("s-2", 10),
+            slice("s-3", 10)
+        ));
+        let mut verdicts = SliceVerdicts::default();
+        admit_cached(
+            &mut loaded,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+        );
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+        let small = slice("s-1", 1);
+        assert!(
+            admit_slice_changes(
+                &loaded.store,
+                &change(&small),
+                "example.net",
+                &[],
+                &mut verdicts
+            )
+            .is_err()
+        );
     }
 }

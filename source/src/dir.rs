@@ -3,7 +3,10 @@
 //!
 //! inotify events (through `notify`) trigger a reload after a short quiet
 //! period, so a `kubectl`-style burst of writes or an editor's
-//! write-rename becomes one reload. A cheap poll of file sizes and
+//! write-rename becomes one reload. Files written whole (closed after the
+//! write, or renamed into place) that the caller applies in place (a
+//! tenant's EndpointSlices) are reloaded almost at once, and the caller is
+//! told which paths changed ([`watch_dir_named`]). A cheap poll of file sizes and
 //! modification times backs the watcher up on filesystems where events go
 //! missing.
 
@@ -18,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 /// Safety-net poll interval.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub use crate::kube::{PROMPT_MAX, PROMPT_QUIET};
 
 /// Runs `reload` on the blocking pool whenever `dir` changes, until
 /// `shutdown` turns true: after inotify events and a quiet period, or when
@@ -31,16 +35,86 @@ pub async fn watch_dir(
     dir: PathBuf,
     initial: Option<Fingerprint>,
     poll: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     reload: impl Fn() + Send + Sync + 'static,
     retry: impl Fn() -> bool,
 ) {
+    watch_dir_named(
+        dir,
+        initial,
+        poll,
+        shutdown,
+        move |_| reload(),
+        retry,
+        |_: &[PathBuf]| false,
+    )
+    .await;
+}
+
+/// What one burst of events named: the paths, and whether each was
+/// written whole (closed after writing, renamed into place or removed)
+/// by the last event on it.
+#[derive(Default)]
+struct Burst {
+    paths: std::collections::BTreeMap<PathBuf, bool>,
+    /// An event without a path (a rescan, an overflow): a whole load.
+    unnamed: bool,
+}
+
+impl Burst {
+    fn add(&mut self, event: notify::Event) {
+        use notify::EventKind;
+        use notify::event::{AccessKind, AccessMode, ModifyKind};
+        let whole = match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Modify(ModifyKind::Name(_))
+            | EventKind::Remove(_) => true,
+            // A file mid-write (created, written, not yet closed).
+            _ => false,
+        };
+        if event.paths.is_empty() || event.need_rescan() {
+            self.unnamed = true;
+        }
+        for path in event.paths {
+            self.paths.insert(path, whole);
+        }
+    }
+
+    fn whole(&self) -> bool {
+        !self.unnamed && self.paths.values().all(|w| *w)
+    }
+
+    fn named(self) -> Option<Vec<PathBuf>> {
+        (!self.unnamed).then(|| self.paths.into_keys().collect())
+    }
+}
+
+/// [`watch_dir`], telling `reload` which paths the events named (`None`:
+/// unknown, after a poll found the directory changed or an event without
+/// a path; reload everything). `prompt`: whether the caller applies a
+/// change of these files, each written whole, in place; they are then
+/// reloaded after [`PROMPT_QUIET`] (at most [`PROMPT_MAX`] after the first
+/// event) instead of the quiet period.
+pub async fn watch_dir_named(
+    dir: PathBuf,
+    initial: Option<Fingerprint>,
+    poll: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    reload: impl Fn(Option<Vec<PathBuf>>) + Send + Sync + 'static,
+    retry: impl Fn() -> bool,
+    prompt: impl Fn(&[PathBuf]) -> bool,
+) {
     let reload = Arc::new(reload);
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<notify::Event>();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Our own reads show up as access events; only changes count.
-        if event.is_ok_and(|e| !e.kind.is_access()) {
-            let _ = tx.send(());
+        use notify::event::{AccessKind, AccessMode, EventKind};
+        // Our own reads show up as access events; only changes count, and
+        // the close of a file written, which says the write is whole.
+        if let Ok(e) = event
+            && (!e.kind.is_access()
+                || e.kind == EventKind::Access(AccessKind::Close(AccessMode::Write)))
+        {
+            let _ = tx.send(e);
         }
     })
     .and_then(|mut w| {
@@ -62,26 +136,38 @@ pub async fn watch_dir(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
-        tokio::select! {
-            _ = shutdown.changed() => if *shutdown.borrow() { return },
-            Some(()) = rx.recv() => {
+        let named = tokio::select! {
+            gone = shutdown.changed() => if gone.is_err() || *shutdown.borrow() { return } else { continue },
+            Some(first) = rx.recv() => {
                 // Let the burst finish, but not forever: a directory that
                 // changes more often than QUIET_PERIOD still reloads.
-                let deadline = tokio::time::Instant::now() + crate::kube::MAX_COALESCE;
-                while let Ok(Some(())) = tokio::time::timeout_at(
-                    deadline.min(tokio::time::Instant::now() + QUIET_PERIOD),
-                    rx.recv(),
-                )
-                .await
-                {}
+                let started = tokio::time::Instant::now();
+                let mut burst = Burst::default();
+                burst.add(first);
+                loop {
+                    let prompt = burst.whole()
+                        && prompt(&burst.paths.keys().cloned().collect::<Vec<_>>());
+                    let (quiet, deadline) = if prompt {
+                        (PROMPT_QUIET, started + PROMPT_MAX)
+                    } else {
+                        (QUIET_PERIOD, started + crate::kube::MAX_COALESCE)
+                    };
+                    let until = deadline.min(tokio::time::Instant::now() + quiet);
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(event)) => burst.add(event),
+                        _ => break,
+                    }
+                }
+                burst.named()
             }
             _ = tick.tick() => {
                 let now = fingerprint_blocking(&dir).await;
                 if now == last && !retry() { continue }
+                None
             }
-        }
+        };
         let reload = reload.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || reload()).await {
+        if let Err(e) = tokio::task::spawn_blocking(move || reload(named)).await {
             tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
         }
         last = fingerprint_blocking(&dir).await;

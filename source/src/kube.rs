@@ -38,9 +38,7 @@ use teapot_api::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
 use tokio::sync::watch;
 
 use teapot_model::manifests::{Loaded, Problem};
-#[cfg(test)]
-use teapot_model::store::NsName;
-use teapot_model::store::{Kind, ObjectKey, Origin, Store};
+use teapot_model::store::{Kind, NsName, ObjectKey, Origin, SliceChange, Store};
 use teapot_model::validate;
 
 use crate::Error;
@@ -312,6 +310,9 @@ struct SourceState {
     /// Objects applied or removed since the last
     /// [`KubeSource::snapshot_changes`] (at most one per stored object).
     changed: HashSet<ObjectKey>,
+    /// A problem was recorded or cleared since then: the reader's report
+    /// of problems is out of date.
+    problems_moved: bool,
 }
 
 struct WatcherState {
@@ -394,11 +395,28 @@ impl KubeSource {
     pub fn snapshot_changes(&self) -> (Loaded, Vec<ObjectKey>) {
         let mut state = self.shared.state.lock();
         let changed = std::mem::take(&mut state.changed).into_iter().collect();
+        state.problems_moved = false;
         let loaded = Loaded {
             store: state.store.clone(),
             problems: state.problems.values().cloned().collect(),
         };
         (loaded, changed)
+    }
+
+    /// The EndpointSlices applied or removed since the last call or
+    /// [`Self::snapshot_changes`], when they are all that changed and no
+    /// problem was recorded or cleared: what the reader applies in place
+    /// to the store it has (`teapot_model::store::Store::apply_slices`)
+    /// instead of a snapshot, which clones every map. `None` (nothing
+    /// taken) otherwise.
+    pub fn take_slice_changes(&self) -> Option<Vec<SliceChange>> {
+        self.shared.state.lock().take_slice_changes()
+    }
+
+    /// Whether every change waiting for the reader is an EndpointSlice's
+    /// (the reader then takes them without waiting for a burst to end).
+    pub fn slices_alone_pending(&self) -> bool {
+        self.shared.state.lock().slices_alone_pending()
     }
 }
 
@@ -408,15 +426,37 @@ impl KubeSource {
 /// would go live until the stream stops.
 pub const MAX_COALESCE: Duration = Duration::from_secs(1);
 
+/// How long a change applied in place (EndpointSlices alone, no compile)
+/// waits for others to join it, and the longest it waits: a rollout's
+/// slices still go out together, while a lone pod restart is served
+/// within milliseconds instead of after a compile's quiet period.
+pub const PROMPT_QUIET: Duration = Duration::from_millis(5);
+pub const PROMPT_MAX: Duration = Duration::from_millis(20);
+
 /// Waits for a change, then until `quiet` passes without another (or
 /// [`MAX_COALESCE`] after the first): a burst of events becomes one
 /// wake-up. Returns false when the source is gone.
 pub async fn coalesced(changes: &mut watch::Receiver<u64>, quiet: Duration) -> bool {
+    coalesced_unless_prompt(changes, quiet, || false).await
+}
+
+/// [`coalesced`], with [`PROMPT_QUIET`] and [`PROMPT_MAX`] instead while
+/// `prompt` says that what is waiting is applied in place.
+pub async fn coalesced_unless_prompt(
+    changes: &mut watch::Receiver<u64>,
+    quiet: Duration,
+    prompt: impl Fn() -> bool,
+) -> bool {
     if changes.changed().await.is_err() {
         return false;
     }
-    let deadline = tokio::time::Instant::now() + MAX_COALESCE;
+    let first = tokio::time::Instant::now();
     loop {
+        let (quiet, deadline) = if prompt() {
+            (PROMPT_QUIET, first + PROMPT_MAX)
+        } else {
+            (quiet, first + MAX_COALESCE)
+        };
         let wait = quiet.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         if wait.is_zero() {
             return true;
@@ -608,6 +648,29 @@ impl Shared {
 }
 
 impl SourceState {
+    fn slices_alone_pending(&self) -> bool {
+        !self.problems_moved && self.changed.iter().all(|k| k.kind == Kind::EndpointSlice)
+    }
+
+    fn take_slice_changes(&mut self) -> Option<Vec<SliceChange>> {
+        if !self.slices_alone_pending()
+            || self.changed.iter().any(|k| self.problems.contains_key(k))
+        {
+            return None;
+        }
+        let changed = std::mem::take(&mut self.changed);
+        Some(
+            changed
+                .into_iter()
+                .map(|key| {
+                    let id = NsName::new(key.namespace, key.name);
+                    let slice = self.store.endpoint_slices.get(&id).cloned();
+                    SliceChange { id, slice }
+                })
+                .collect(),
+        )
+    }
+
     /// Validates one object into the store, or records why not (keeping
     /// the last good version). Returns its key.
     fn apply(&mut self, kind: Kind, resource: &ApiResource, object: DynamicObject) -> ObjectKey {
@@ -619,6 +682,7 @@ impl SourceState {
         let e = match parsed {
             Ok(validate::Parsed::Object(object)) => {
                 if self.problems.remove(&key).is_some() {
+                    self.problems_moved = true;
                     tracing::info!(object = %key, "object valid again");
                 }
                 self.store.insert(key.clone(), object, origin.clone());
@@ -646,6 +710,7 @@ impl SourceState {
             kept_previous: self.store.serves(&key),
         };
         if self.problems.get(&key) != Some(&problem) {
+            self.problems_moved = true;
             tracing::warn!(
                 object = %key,
                 field = problem.field.as_deref().unwrap_or(""),
@@ -661,7 +726,9 @@ impl SourceState {
     fn remove(&mut self, key: &ObjectKey) {
         self.changed.insert(key.clone());
         self.store.remove(key);
-        self.problems.remove(key);
+        if self.problems.remove(key).is_some() {
+            self.problems_moved = true;
+        }
     }
 }
 
@@ -1161,6 +1228,68 @@ mod tests {
         state.apply(Kind::RouteTrafficPolicy, &resource, object("new", 3));
         assert!(state.store.refused_route_traffic_policies.is_empty());
         assert!(!state.problems.contains_key(&new));
+    }
+
+    /// The reader takes EndpointSlice changes alone without a snapshot;
+    /// anything else, or a problem recorded or cleared, leaves them for
+    /// one.
+    #[test]
+    fn endpoint_slice_changes_alone_are_taken_without_a_snapshot() {
+        let resource = api_resource(Kind::EndpointSlice);
+        let slice = |name: &str, ok: bool| -> DynamicObject {
+            let endpoints = if ok {
+                json!([{"addresses": ["10.0.0.1"]}])
+            } else {
+                json!("not a list")
+            };
+            serde_json::from_value(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "namespace": "t",
+                             "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+            }))
+            .unwrap()
+        };
+        let mut state = SourceState::default();
+        let a = state.apply(Kind::EndpointSlice, &resource, slice("a", true));
+        state.apply(Kind::EndpointSlice, &resource, slice("b", true));
+        let mut taken = state.take_slice_changes().expect("slices alone");
+        taken.sort_by(|x, y| x.id.cmp(&y.id));
+        assert_eq!(taken.len(), 2);
+        assert!(taken.iter().all(|c| c.slice.is_some()));
+        assert!(
+            state
+                .take_slice_changes()
+                .expect("nothing pending")
+                .is_empty()
+        );
+
+        state.remove(&a);
+        let taken = state.take_slice_changes().expect("a removal");
+        assert!(taken[0].slice.is_none() && taken[0].id.name == "a");
+
+        // A slice that fails: its problem must reach the report.
+        state.apply(Kind::EndpointSlice, &resource, slice("b", false));
+        assert!(!state.slices_alone_pending());
+        assert!(state.take_slice_changes().is_none());
+        state.changed.clear();
+        state.problems_moved = false;
+        // Valid again: the problem goes, which a snapshot says.
+        state.apply(Kind::EndpointSlice, &resource, slice("b", true));
+        assert!(state.take_slice_changes().is_none());
+        state.problems_moved = false;
+        state.changed.clear();
+
+        // Another kind with them: a snapshot.
+        state.apply(Kind::EndpointSlice, &resource, slice("c", true));
+        state.changed.insert(ObjectKey {
+            kind: Kind::Service,
+            namespace: "t".into(),
+            name: "web".into(),
+        });
+        assert!(state.take_slice_changes().is_none());
+        assert_eq!(state.changed.len(), 2, "nothing taken");
     }
 
     #[test]

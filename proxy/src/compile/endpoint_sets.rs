@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use hashbrown::HashSet;
-use teapot_model::store::{Kind, NsName, ObjectKey, Store};
+use teapot_model::store::{Kind, NsName, ObjectKey, SliceChange, Store};
 use teapot_model::tenancy::Tenancy;
 
 use crate::compile::CompileOptions;
@@ -103,6 +103,23 @@ pub fn refresh(
         cell.store(endpoints);
     }
     Refreshed::Stored(n)
+}
+
+/// The Services (namespace, name) of EndpointSlice `changes`, before (in
+/// `before`) or after the change.
+pub fn changed_services(changes: &[SliceChange], before: &Store) -> Vec<(String, String)> {
+    let mut services = Vec::new();
+    for change in changes {
+        let old = before.endpoint_slices.get(&change.id);
+        for slice in [old, change.slice.as_ref()].into_iter().flatten() {
+            if let Some(service) = slice.object.service_name() {
+                services.push((change.id.namespace.clone(), service.to_string()));
+            }
+        }
+    }
+    services.sort_unstable();
+    services.dedup();
+    services
 }
 
 /// The Services (namespace, name) whose EndpointSlices are among `changed`,

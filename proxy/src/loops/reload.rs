@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, watch_dir};
+use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, watch_dir_named};
 use tokio::sync::watch;
 
 use crate::compile::acme::AcmeInputs;
@@ -40,6 +40,17 @@ use crate::plane::metrics::Metrics;
 use teapot_model::manifests::{FileCache, Problem, load_dir_cached};
 use teapot_model::store::{NsName, Store};
 use teapot_source::kube::KubeSource;
+
+/// What [`Reloader::slices_in_place`] did.
+enum InPlace {
+    /// The change is served.
+    Done,
+    /// More than EndpointSlices may have changed: load.
+    NotSlices,
+    /// The slices are in the store, but what they change reaches what a
+    /// compile makes.
+    Compile(&'static str),
+}
 
 /// Where a [`Reloader`] reads its objects.
 #[derive(Clone, Debug)]
@@ -170,18 +181,129 @@ impl Reloader {
     /// EndpointSlices changed, crate::compile::endpoint_sets) or a compile
     /// and swap. Returns the generation serving.
     pub fn reload(&self) -> u64 {
-        self.load_and_apply(true)
+        self.reload_named(None)
+    }
+
+    /// [`Self::reload`] after the watcher named the files that changed
+    /// (`None`: unknown): when they hold EndpointSlices alone, only they
+    /// are read ([`InPlace`]).
+    pub fn reload_named(&self, named: Option<&[PathBuf]>) -> u64 {
+        let started = std::time::Instant::now();
+        let mut state = self.state.lock();
+        if state.generation > 0 {
+            match self.slices_in_place(&mut state, named, started) {
+                InPlace::Done => return state.generation,
+                InPlace::NotSlices => {}
+                InPlace::Compile(why) => {
+                    tracing::debug!(why, "an EndpointSlice change needs a compile");
+                    return self.load_and_apply(state, false, started);
+                }
+            }
+        }
+        self.load_and_apply(state, true, started)
     }
 
     /// One load -> compile -> swap, whatever changed: another loop's state
     /// the compile reads did.
     pub fn reload_compiling(&self) -> u64 {
-        self.load_and_apply(false)
+        let started = std::time::Instant::now();
+        self.load_and_apply(self.state.lock(), false, started)
     }
 
-    fn load_and_apply(&self, endpoints_in_place: bool) -> u64 {
-        let started = std::time::Instant::now();
-        let mut state = self.state.lock();
+    /// Whether the files `paths` held EndpointSlices alone at the last
+    /// load (what [`Self::reload_named`] reads by themselves): the watcher
+    /// then reloads them without waiting for a burst to end.
+    pub fn slices_alone(&self, paths: &[PathBuf]) -> bool {
+        let state = self.state.lock();
+        state.generation > 0 && state.files.holds_slices_alone(paths)
+    }
+
+    /// An EndpointSlice change applied to the store and the endpoint cells
+    /// without reading anything else: the files the watcher named, or the
+    /// kube source's slices changed alone. Neither the directory, nor the
+    /// store's other maps, nor the tenant check of other objects, nor a
+    /// compile: docs/capacity.md, "An endpoint change".
+    fn slices_in_place(
+        &self,
+        state: &mut ReloadState,
+        named: Option<&[PathBuf]>,
+        started: std::time::Instant,
+    ) -> InPlace {
+        let (changes, files) = match &self.source {
+            Source::Dir(dir) => {
+                let Some(named) = named else {
+                    return InPlace::NotSlices;
+                };
+                match teapot_model::manifests::read_slice_files(
+                    dir,
+                    named,
+                    &state.store,
+                    &state.files,
+                ) {
+                    Some(mut files) => (std::mem::take(&mut files.changes), Some(files)),
+                    None => return InPlace::NotSlices,
+                }
+            }
+            Source::Kube(kube) if !kube.is_synced() => return InPlace::NotSlices,
+            Source::Kube(kube) => match kube.take_slice_changes() {
+                Some(changes) => (changes, None),
+                None => return InPlace::NotSlices,
+            },
+        };
+        let load_ms = started.elapsed().as_secs_f64() * 1e3;
+        if let Err(why) = teapot_model::tenancy::admit_slice_changes(
+            &state.store,
+            &changes,
+            &self.options.domain,
+            &self.options.lb_networks,
+            &mut state.verdicts,
+        ) {
+            // The kube source's changes are taken: only a compile of its
+            // snapshot serves them now. A directory is read whole.
+            return match files {
+                Some(_) => InPlace::NotSlices,
+                None => InPlace::Compile(why),
+            };
+        }
+        let services = endpoint_sets::changed_services(&changes, &state.store);
+        let slices = changes.len();
+        state.store.apply_slices(changes);
+        if let Some(mut files) = files {
+            files.settle(&mut state.files);
+        }
+        let refresh_started = std::time::Instant::now();
+        match endpoint_sets::refresh(
+            &state.store,
+            &services,
+            &self.options,
+            &self.registry,
+            &state.parts,
+        ) {
+            Refreshed::Stored(cells) => {
+                self.registry.prune_when_grown();
+                self.metrics.endpoint_updates_total.inc();
+                tracing::info!(
+                    generation = state.generation,
+                    slices,
+                    services = services.len(),
+                    cells,
+                    load_ms,
+                    refresh_ms = refresh_started.elapsed().as_secs_f64() * 1e3,
+                    update_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "endpoints updated in place"
+                );
+                InPlace::Done
+            }
+            Refreshed::NeedsCompile(why) => InPlace::Compile(why),
+        }
+    }
+
+    fn load_and_apply(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, ReloadState>,
+        endpoints_in_place: bool,
+        started: std::time::Instant,
+    ) -> u64 {
         let (mut loaded, changed) = match &self.source {
             Source::Dir(dir) => {
                 // Only the watcher's start reads it; later loads follow
@@ -354,15 +476,17 @@ impl Reloader {
             }
         };
         let initial = self.state.lock().loaded.clone();
-        watch_dir(
+        let (watcher, prompt) = (self.clone(), self);
+        watch_dir_named(
             dir,
             initial,
             POLL_INTERVAL,
             shutdown,
-            move || {
-                self.reload();
+            move |named| {
+                watcher.reload_named(named.as_deref());
             },
             || false,
+            |paths| prompt.slices_alone(paths),
         )
         .await;
     }
@@ -383,8 +507,12 @@ impl Reloader {
                 self.metrics.reload_failures_total.inc();
                 tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
             }
+            let coalesced =
+                teapot_source::kube::coalesced_unless_prompt(&mut changes, QUIET_PERIOD, || {
+                    kube.slices_alone_pending()
+                });
             tokio::select! {
-                more = teapot_source::kube::coalesced(&mut changes, QUIET_PERIOD) => if !more { return },
+                more = coalesced => if !more { return },
                 _ = shutdown.wait_for(|s| *s) => return,
             }
         }
@@ -451,4 +579,181 @@ fn log_problems(problems: &[Problem], seen: &mut HashSet<String>) -> bool {
     let changed = now != *seen;
     *seen = now;
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use arc_swap::ArcSwap;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::compile::snapshot::Snapshot;
+
+    const TENANTS: usize = 3;
+
+    fn options() -> CompileOptions {
+        CompileOptions {
+            domain: "example.net".into(),
+            ..CompileOptions::default()
+        }
+    }
+
+    /// Per tenant a file with the Tenant, its Service and an Ingress, and
+    /// a file per EndpointSlice, as the agent writes them.
+    struct World {
+        dir: tempfile::TempDir,
+        port: [u16; TENANTS],
+        /// Per tenant and slice: the endpoints' generation, or `None`
+        /// when the slice's file is gone.
+        slices: [[Option<u8>; 3]; TENANTS],
+    }
+
+    impl World {
+        fn new() -> World {
+            let world = World {
+                dir: tempfile::tempdir().unwrap(),
+                port: [80; TENANTS],
+                slices: [[Some(0), Some(0), None]; TENANTS],
+            };
+            for t in 0..TENANTS {
+                world.write_tenant(t);
+                for s in 0..2 {
+                    world.write(&world.slice_path(t, s), &world.slice(t, s, 0, t));
+                }
+            }
+            world
+        }
+
+        fn write_tenant(&self, t: usize) {
+            let port = self.port[t];
+            let text = format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t{t}}}\nspec: {{cluster: t{t}, nodeCIDRs: [10.{t}.0.0/16]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: {port}}}]}}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{name: http}}}}}}}}]}}\n"
+            );
+            self.write(&self.dir.path().join(format!("t{t}.yaml")), &text);
+        }
+
+        /// Slice `s` of tenant `t`, its endpoints in `net` (another
+        /// tenant's network is refused by the tenant policy).
+        fn slice(&self, t: usize, s: usize, generation: u8, net: usize) -> String {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-{s}, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [10.{net}.{s}.{generation}], conditions: {{ready: true}}}}]\n"
+            )
+        }
+
+        fn slice_path(&self, t: usize, s: usize) -> PathBuf {
+            self.dir.path().join(format!("t{t}-slice{s}.yaml"))
+        }
+
+        /// Written whole, as the agent and kubectl-like tools do: renamed
+        /// into place.
+        fn write(&self, path: &Path, text: &str) {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(tmp, path).unwrap();
+        }
+
+        /// One random change, mostly of EndpointSlices; returns the paths
+        /// it wrote or removed.
+        fn change(&mut self, rng: &mut impl Rng) -> Vec<PathBuf> {
+            let t = rng.random_range(0..TENANTS);
+            let s = rng.random_range(0..3);
+            let path = self.slice_path(t, s);
+            match rng.random_range(0..20) {
+                0 => {
+                    self.port[t] = if self.port[t] == 80 { 8080 } else { 80 };
+                    self.write_tenant(t);
+                    return vec![self.dir.path().join(format!("t{t}.yaml"))];
+                }
+                // Refused by the tenant policy: the whole load keeps the
+                // previous version and says why.
+                1 => self.write(&path, &self.slice(t, s, 9, (t + 1) % TENANTS)),
+                // A document that does not parse.
+                2 => self.write(&path, "kind: [\n"),
+                // Another tenant's slice defined a second time.
+                3 => {
+                    let other = (t + 1) % TENANTS;
+                    self.write(&path, &self.slice(other, 0, 7, other));
+                }
+                4..=5 => {
+                    self.slices[t][s] = None;
+                    let _ = std::fs::remove_file(&path);
+                }
+                _ => {
+                    let generation = self.slices[t][s].map_or(0, |g| (g + 1) % 50);
+                    self.slices[t][s] = Some(generation);
+                    self.write(&path, &self.slice(t, s, generation, t));
+                }
+            }
+            vec![path]
+        }
+    }
+
+    fn served(snapshot: &Snapshot) -> Vec<String> {
+        let mut hosts: Vec<&str> = snapshot.routes.exact_hosts().collect();
+        hosts.sort_unstable();
+        hosts
+            .into_iter()
+            .map(|host| {
+                let route = snapshot.routes.lookup(host, "/").expect("routed");
+                let mut endpoints: Vec<String> = (route.upstream.endpoints.load().iter())
+                    .map(|e| e.addr.to_string())
+                    .collect();
+                endpoints.sort();
+                format!("{host} {} {endpoints:?}", route.upstream.name)
+            })
+            .collect()
+    }
+
+    fn report(snapshot: &Snapshot) -> String {
+        let mut r = serde_json::to_value(&snapshot.report).unwrap();
+        if let Some(problems) = r["problems"].as_array_mut() {
+            problems.sort_by_key(|p| p.to_string());
+        }
+        r["generation"] = serde_json::Value::Null;
+        r.to_string()
+    }
+
+    /// The files a watcher names are all a reload reads when they hold
+    /// EndpointSlices alone; whatever it does, it serves what a load and
+    /// compile of the whole directory, with the same history (a refused or
+    /// broken document keeps the version before), would.
+    #[test]
+    fn named_slice_files_are_read_alone_and_serve_what_a_whole_load_would() {
+        let mut world = World::new();
+        let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let metrics = Metrics::new().unwrap();
+        let reloader = Reloader::new(
+            world.dir.path().to_path_buf(),
+            options(),
+            snapshots.clone(),
+            metrics.clone(),
+        );
+        assert_eq!(reloader.reload(), 1);
+        let whole = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let reference = Reloader::new(
+            world.dir.path().to_path_buf(),
+            options(),
+            whole.clone(),
+            Metrics::new().unwrap(),
+        );
+        reference.reload_compiling();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+        let mut in_place = 0;
+        for round in 0..300 {
+            let paths = world.change(&mut rng);
+            let before = metrics.endpoint_updates_total.get();
+            reloader.reload_named(Some(&paths));
+            in_place += usize::from(metrics.endpoint_updates_total.get() > before);
+            reference.reload_compiling();
+            let (serving, whole) = (snapshots.load(), whole.load());
+            assert_eq!(served(&serving), served(&whole), "round {round}");
+            assert_eq!(report(&serving), report(&whole), "round {round}");
+        }
+        let compiles = metrics.reloads_total.get();
+        eprintln!("{in_place} in place, {compiles} compiles");
+        assert!(in_place > 100, "{in_place} in place");
+        assert!(compiles > 20, "{compiles} compiles");
+    }
 }

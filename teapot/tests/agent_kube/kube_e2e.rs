@@ -462,3 +462,61 @@ async fn gateway_api_objects_are_watched_routed_and_given_status() {
         .count();
     assert_eq!(writes, 0);
 }
+
+/// A pod restarted elsewhere: its EndpointSlice changes in the API, and
+/// the proxy moves traffic without a compile (the kube source hands the
+/// slice over alone, `KubeSource::take_slice_changes`), while a change of
+/// anything else still compiles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_slice_change_from_the_api_is_served_without_a_compile() {
+    let api = ApiServer::start().await;
+    let a = echo(NS, "web", "web-a").await;
+    let b = echo(NS, "web", "web-b").await;
+    backends(&api, &[("web", &a)]);
+    api.apply(route("/", "web"));
+    let proxy = ProxyProcess::start_kube(&teapot_bin(), api.kubeconfig_path(), &[])
+        .await
+        .expect("teapot proxy --kube starts and becomes ready");
+    wait_answer(&proxy, "/", 200, Some("web-a")).await;
+    let counter = |name: &'static str| {
+        let proxy = &proxy;
+        async move {
+            let (_, text) = proxy.admin_get("/metrics").await.expect("metrics");
+            metric(&text, name).unwrap_or(0.0)
+        }
+    };
+    // The proxy's own status write comes back as an Ingress change, which
+    // compiles: wait until that is behind.
+    eventually("the Ingress status written", RELOAD_TIMEOUT, || async {
+        let o = api.get("networking.k8s.io/v1", "Ingress", NS, "web").unwrap();
+        match o["status"]["loadBalancer"]["ingress"].as_array() {
+            Some(a) if !a.is_empty() => Ok(()),
+            _ => Err(o["status"].to_string()),
+        }
+    })
+    .await;
+    let mut reloads = counter("teapot_reloads_total").await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = counter("teapot_reloads_total").await;
+        if now == reloads {
+            break;
+        }
+        reloads = now;
+    }
+    let updates = counter("teapot_endpoint_updates_total").await;
+
+    let moved = echo_service(NS, "web", &[&b]).pop().expect("the slice");
+    api.apply(moved);
+    wait_answer(&proxy, "/", 200, Some("web-b")).await;
+    assert_eq!(counter("teapot_reloads_total").await, reloads, "no compile");
+    assert_eq!(
+        counter("teapot_endpoint_updates_total").await,
+        updates + 1.0
+    );
+
+    // The route itself changed: compiled.
+    api.apply(route("/b", "web"));
+    wait_answer(&proxy, "/", 404, None).await;
+    assert!(counter("teapot_reloads_total").await > reloads);
+}
