@@ -488,7 +488,9 @@ async fn an_endpoint_slice_change_from_the_api_is_served_without_a_compile() {
     // The proxy's own status write comes back as an Ingress change, which
     // compiles: wait until that is behind.
     eventually("the Ingress status written", RELOAD_TIMEOUT, || async {
-        let o = api.get("networking.k8s.io/v1", "Ingress", NS, "web").unwrap();
+        let o = api
+            .get("networking.k8s.io/v1", "Ingress", NS, "web")
+            .unwrap();
         match o["status"]["loadBalancer"]["ingress"].as_array() {
             Some(a) if !a.is_empty() => Ok(()),
             _ => Err(o["status"].to_string()),
