@@ -264,8 +264,11 @@ pub struct Store {
     pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
     pub services: ObjectMap<Service>,
-    /// In the compact form ([`crate::endpoints`]): the bulk of a large store.
-    pub endpoint_slices: ObjectMap<CompactSlice>,
+    /// In the compact form ([`crate::endpoints`]): the bulk of a large
+    /// store. Ordered, so one namespace's slices are a range: an endpoint
+    /// change resolves its Services from that range
+    /// ([`Store::namespace_slices`]), not from a scan of every slice.
+    pub endpoint_slices: BTreeMap<NsName, Stored<CompactSlice>>,
     pub secrets: ObjectMap<TlsSecret>,
     /// CA Secrets (`Opaque`, what `proxy-ssl-secret` names to verify a
     /// backend without a client certificate) with their `ca.crt` only:
@@ -335,6 +338,18 @@ pub enum Object {
 }
 
 impl Store {
+    /// The EndpointSlices of `namespace`.
+    pub fn namespace_slices<'s>(
+        &'s self,
+        namespace: &str,
+    ) -> impl Iterator<Item = (&'s NsName, &'s Stored<CompactSlice>)> + 's {
+        let from = NsName::new(namespace, "");
+        let namespace = namespace.to_string();
+        self.endpoint_slices
+            .range(from..)
+            .take_while(move |(id, _)| id.namespace == namespace)
+    }
+
     /// Puts EndpointSlice changes in place.
     pub fn apply_slices(&mut self, changes: Vec<SliceChange>) {
         for change in changes {
@@ -653,7 +668,10 @@ impl Store {
                 .map(|s| &s.origin),
             Kind::IngressClass => self.ingress_classes.get(&key.name).map(|s| &s.origin),
             Kind::Service => self.services.get(&ns).map(|s| &s.origin),
-            Kind::EndpointSlice => self.endpoint_slices.get(&ns).map(|s| &s.origin),
+            Kind::EndpointSlice => self
+                .endpoint_slices
+                .get(&NsName::new(key.namespace.clone(), key.name.clone()))
+                .map(|s| &s.origin),
             Kind::Secret => self
                 .secrets
                 .get(&ns)

@@ -12,7 +12,7 @@ use serde::Serialize;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{IngressBackend, ServiceBackendPort};
 use teapot_model::endpoints::CompactSlice;
-use teapot_model::store::{FastHashMap, NsRef, Store};
+use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored};
 use teapot_model::tenancy::Tenancy;
 
 use crate::compile::endpoint_cells::{EndpointCells, PortKey};
@@ -110,6 +110,29 @@ impl std::fmt::Display for PortRef<'_> {
     }
 }
 
+/// Adds the EndpointSlices of `from` to `slices` by their Service, those
+/// `wanted` says.
+fn index_slices<'a>(
+    slices: &mut FastHashMap<(&'a str, &'a str), Slices<'a>>,
+    from: impl Iterator<Item = (&'a NsName, &'a Stored<CompactSlice>)>,
+    wanted: impl Fn(&(&str, &str)) -> bool,
+) {
+    for (id, slice) in from {
+        if let Some(service) = slice.object.service_name() {
+            let key = (id.namespace.as_str(), service);
+            if !wanted(&key) {
+                continue;
+            }
+            match slices.entry(key) {
+                hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert(Slices::One(&slice.object));
+                }
+            }
+        }
+    }
+}
+
 impl<'a> Resolver<'a> {
     /// The store the compile reads (the Secrets of basic authentication).
     pub(crate) fn store(&self) -> &'a Store {
@@ -122,11 +145,15 @@ impl<'a> Resolver<'a> {
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
     ) -> Resolver<'a> {
-        Resolver::with_slices(store, registry, tenancy, reuse, |_| true)
+        let mut slices =
+            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
+        index_slices(&mut slices, store.endpoint_slices.iter(), |_| true);
+        Resolver::with_slices(store, registry, tenancy, reuse, slices)
     }
 
     /// A resolver for the Services in `services` only: it reads their
-    /// EndpointSlices and no others (crate::compile::endpoint_sets).
+    /// EndpointSlices, from their namespaces' ranges of the store, and no
+    /// others (crate::compile::endpoint_sets).
     pub(crate) fn for_services(
         store: &'a Store,
         registry: &'a EndpointRegistry,
@@ -134,9 +161,16 @@ impl<'a> Resolver<'a> {
         reuse: Reuse<'a>,
         services: &hashbrown::HashSet<(&str, &str), foldhash::fast::RandomState>,
     ) -> Resolver<'a> {
-        Resolver::with_slices(store, registry, tenancy, reuse, |key| {
-            services.contains(key)
-        })
+        let mut namespaces: Vec<&str> = services.iter().map(|(ns, _)| *ns).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let mut slices = FastHashMap::default();
+        for namespace in namespaces {
+            index_slices(&mut slices, store.namespace_slices(namespace), |key| {
+                services.contains(key)
+            });
+        }
+        Resolver::with_slices(store, registry, tenancy, reuse, slices)
     }
 
     fn with_slices(
@@ -144,24 +178,8 @@ impl<'a> Resolver<'a> {
         registry: &'a EndpointRegistry,
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
-        wanted: impl Fn(&(&str, &str)) -> bool,
+        slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
     ) -> Resolver<'a> {
-        let mut slices: FastHashMap<(&str, &str), Slices> =
-            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
-        for (id, slice) in &store.endpoint_slices {
-            if let Some(service) = slice.object.service_name() {
-                let key = (id.namespace.as_str(), service);
-                if !wanted(&key) {
-                    continue;
-                }
-                match slices.entry(key) {
-                    hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().push(&slice.object),
-                    hashbrown::hash_map::Entry::Vacant(e) => {
-                        e.insert(Slices::One(&slice.object));
-                    }
-                }
-            }
-        }
         Resolver {
             store,
             registry,
