@@ -70,6 +70,47 @@ pub fn client_config(
     Ok(config)
 }
 
+/// teapot's configuration for the HTTP/3 benches: `host` routed to the
+/// backend on 127.0.0.1:`backend`, with `cert` as its tenant Secret.
+pub fn teapot_manifests(
+    backend: u16,
+    host: &str,
+    cert: &teapot_testkit::certs::CertifiedPem,
+) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {{name: teapot}}
+spec: {{controller: teapot.dev/ingress-controller}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: static, namespace: bench}}
+spec:
+  ports: [{{name: http, port: 80, targetPort: {backend}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: static-1, namespace: bench, labels: {{kubernetes.io/service-name: static}}}}
+addressType: IPv4
+ports: [{{name: http, port: {backend}, protocol: TCP}}]
+endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
+---
+{secret}---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: bench, namespace: bench}}
+spec:
+  ingressClassName: teapot
+  tls: [{{hosts: [{host}], secretName: bench-tls}}]
+  rules:
+    - host: {host}
+      http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: static, port: {{name: http}}}}}}}}]}}
+",
+        secret = teapot_testkit::certs::tls_secret_yaml("bench", "bench-tls", cert)
+    )
+}
+
 /// A client endpoint on an ephemeral UDP port of 127.0.0.1.
 pub fn endpoint(config: quinn::ClientConfig) -> anyhow::Result<quinn::Endpoint> {
     let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))?;

@@ -474,7 +474,7 @@ async fn start_fleet(args: &Args, targets: &[Target], pin: bool) -> anyhow::Resu
                 std::fs::create_dir(&manifests)?;
                 std::fs::write(
                     manifests.join("bench.yaml"),
-                    teapot_manifests(backend_port, &cert),
+                    h3load::teapot_manifests(backend_port, HOST, &cert),
                 )?;
                 // Every client of the bench is 127.0.0.1: the per-client
                 // cap would refuse the idle run's connections.
@@ -639,40 +639,5 @@ https://{HOST}:{port} {{
 ",
         cert = cert.display(),
         key = key.display()
-    )
-}
-
-fn teapot_manifests(backend: u16, cert: &certs::CertifiedPem) -> String {
-    format!(
-        "apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {{name: teapot}}
-spec: {{controller: teapot.dev/ingress-controller}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: static, namespace: bench}}
-spec:
-  ports: [{{name: http, port: 80, targetPort: {backend}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: static-1, namespace: bench, labels: {{kubernetes.io/service-name: static}}}}
-addressType: IPv4
-ports: [{{name: http, port: {backend}, protocol: TCP}}]
-endpoints: [{{addresses: [\"127.0.0.1\"], conditions: {{ready: true}}}}]
----
-{secret}---
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: bench, namespace: bench}}
-spec:
-  ingressClassName: teapot
-  tls: [{{hosts: [{HOST}], secretName: bench-tls}}]
-  rules:
-    - host: {HOST}
-      http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: static, port: {{name: http}}}}}}}}]}}
-",
-        secret = certs::tls_secret_yaml("bench", "bench-tls", cert)
     )
 }

@@ -48,7 +48,7 @@ use crate::plane::accept::Slots;
 use crate::plane::edge::EdgeConfig;
 use crate::plane::h2::H2Server;
 use crate::plane::h2_stream::{Client, STREAM_WINDOW};
-use crate::plane::h3_stream::{H3Recv, H3Send, read_ahead};
+use crate::plane::h3_stream::{H3Recv, H3Send, read_ahead, within};
 use crate::plane::proxy::Router;
 use crate::plane::quic_keys::QuicKeys;
 use crate::plane::tls::SniResolver;
@@ -419,6 +419,11 @@ impl App {
         }
         let mut accepting = !draining;
         let mut closing = pin!(tokio::time::sleep(CLOSE_AFTER_GOAWAY));
+        // Made once, not once a turn of the loop (a turn per stream
+        // accepted and per stream answered): each `closed()` takes the
+        // connection's lock and joins a wait list.
+        let mut closed = pin!(conn.closed());
+        let mut stopped = pin!(stop.changed());
         loop {
             tokio::select! {
                 biased;
@@ -428,6 +433,9 @@ impl App {
                     }
                 }
                 next = h3.accept(), if accepting => match next {
+                    // Boxed: FuturesUnordered would otherwise copy the
+                    // whole (large) stream future into its task, which
+                    // costs more than the box (callgrind, benches/http.md).
                     Ok(Some(resolver)) => streams.push(Box::pin(self.stream(resolver, &info))),
                     Ok(None) => accepting = false,
                     Err(e) => {
@@ -435,7 +443,7 @@ impl App {
                         accepting = false;
                     }
                 },
-                _ = stop.changed(), if !draining => {
+                _ = &mut stopped, if !draining => {
                     draining = true;
                     // Every stream below the GOAWAY's ID was accepted
                     // already and is answered; one at or above it is
@@ -444,7 +452,7 @@ impl App {
                     let _ = h3.shutdown(GOAWAY_AFTER_ACCEPTED).await;
                     closing.as_mut().reset(tokio::time::Instant::now() + CLOSE_AFTER_GOAWAY);
                 }
-                _ = conn.closed() => break,
+                _ = &mut closed => break,
                 () = &mut closing, if draining && streams.is_empty() => break,
             }
             // Drained, the connection waits for its client to close it or
@@ -465,7 +473,7 @@ impl App {
         conn: &ConnInfo,
     ) {
         let timeout = self.router.edge.header_read_timeout;
-        let (req, stream) = match tokio::time::timeout(timeout, resolver.resolve_request()).await {
+        let (req, stream) = match request_head(resolver, timeout).await {
             Ok(Ok(resolved)) => resolved,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "HTTP/3 request refused");
@@ -494,6 +502,26 @@ impl App {
         );
         self.h2.exchange(&parts, client, conn).await;
     }
+}
+
+/// A stream's head within `timeout`. A function of its own, so that the
+/// head's future is held in this small one and not in the stream's (whose
+/// exchange would then be laid out beside it, and every stream future
+/// would be that much larger to build and move).
+async fn request_head(
+    resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
+    timeout: Duration,
+) -> Result<
+    Result<
+        (
+            http::Request<()>,
+            h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
+        ),
+        h3::error::StreamError,
+    >,
+    tokio::time::error::Elapsed,
+> {
+    within!(timeout, resolver.resolve_request())
 }
 
 /// [`App::must_validate`]'s rule: a Retry only for an address not proven

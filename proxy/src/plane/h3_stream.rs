@@ -16,6 +16,7 @@ use bytes::{Buf, Bytes};
 use h3::error::Code;
 use h3::server::RequestStream;
 use http::{HeaderMap, Response};
+use tokio::time::error::Elapsed;
 
 /// Why an HTTP/3 stream's half failed (the exchange's own failure is
 /// made from it in crate::plane::h2_stream, above this file).
@@ -96,6 +97,25 @@ async fn next(stream: &mut RecvHalf) -> Result<Option<Bytes>, h3::error::StreamE
     }
 }
 
+/// `$fut` cut at `$limit` (`Result<_, Elapsed>`, as `tokio::time::timeout`),
+/// with the timer set only when `$fut` has to wait: most request heads
+/// and GETs' ends arrive in the packet that opens the stream, and most
+/// answers fit the client's window, so the common case pays for no
+/// deadline and no timer-wheel entry. The first poll takes no time, so a
+/// future that waits is still cut `$limit` after it began. A macro, not
+/// an `async fn`: the future is built in the caller's own state, where a
+/// function taking it by value would copy it once more.
+macro_rules! within {
+    ($limit:expr, $fut:expr) => {{
+        let mut fut = std::pin::pin!($fut);
+        match futures::poll!(fut.as_mut()) {
+            std::task::Poll::Ready(out) => Ok(out),
+            std::task::Poll::Pending => tokio::time::timeout($limit, fut).await,
+        }
+    }};
+}
+pub(super) use within;
+
 /// Reads ahead to learn whether a request without a Content-Length has
 /// a body (the HTTP/1 backend path frames it by that): the first piece,
 /// or the stream's end, or (`wait` passed: a client that sends its body
@@ -104,7 +124,7 @@ pub(super) async fn read_ahead(
     stream: &mut RecvHalf,
     wait: Duration,
 ) -> Result<(Option<Bytes>, bool), Lost> {
-    match tokio::time::timeout(wait, next(stream)).await {
+    match within!(wait, next(stream)) {
         Ok(Ok(Some(first))) => Ok((Some(first), false)),
         Ok(Ok(None)) => Ok((None, true)),
         Ok(Err(e)) => {
@@ -172,7 +192,7 @@ impl H3Send {
         if self.done {
             return Err(Lost::Gone);
         }
-        let written = tokio::time::timeout(timeout, self.write(data, end)).await;
+        let written = within!(timeout, self.write(data, end));
         self.settle(written)
     }
 
@@ -182,13 +202,13 @@ impl H3Send {
         if self.done {
             return Ok(());
         }
-        let written = tokio::time::timeout(timeout, self.write(Bytes::new(), true)).await;
+        let written = within!(timeout, self.write(Bytes::new(), true));
         self.settle(written)
     }
 
     fn settle(
         &mut self,
-        written: Result<Result<(), h3::error::StreamError>, tokio::time::error::Elapsed>,
+        written: Result<Result<(), h3::error::StreamError>, Elapsed>,
     ) -> Result<(), Lost> {
         match written {
             Ok(Ok(())) => Ok(()),

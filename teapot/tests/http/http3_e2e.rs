@@ -488,3 +488,39 @@ async fn http3_a_headless_stream_and_an_idle_connection_are_closed() {
     assert_eq!(results[1]["probe"], "closed", "{results:?}");
     assert_eq!(results[2]["terminated"], true, "{results:?}");
 }
+
+/// A GET whose stream never ends (no Content-Length, no FIN): teapot
+/// reads ahead for a body or the end only for `--header-read-timeout`,
+/// then forwards it, so a backend that answers at once is heard after
+/// that second, not after whatever the client holds back; the
+/// connection's other request is answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_a_get_that_never_ends_waits_for_its_end_only_the_header_timeout() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    let bodies = body_echo().await;
+    let mut objects = loopback_service(NS, "bodies", bodies);
+    objects.push(simple_ingress(NS, "bodies", "bodies.test", "bodies"));
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &["--http3", "--header-read-timeout", "1"],
+    )
+    .await;
+    one_ingress_served(&h).await;
+    let addr = format!("127.0.0.1:{}", h.proxy.https.port());
+    let mut held = get("bodies.test", "/held");
+    held["hold_end"] = json!(true);
+    let results = h3(
+        &python,
+        json!({ "addr": addr, "sni": "bodies.test",
+                "requests": [held, get("bodies.test", "/plain")], "timeout": 30 }),
+    )
+    .await;
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(results[1]["status"], 200, "{results:?}");
+    let waited = results[0]["seconds"].as_f64().expect("seconds");
+    // At least the read-ahead's second (it waited for the end), and far
+    // below the client's 30 s (the read-ahead was cut).
+    assert!((0.9..15.0).contains(&waited), "{results:?}");
+}
