@@ -135,8 +135,13 @@ pub async fn watch_dir_named(
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    // The paths events named since the last poll.
+    let mut handled: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
     loop {
         let named = tokio::select! {
+            // Events first: a change the watcher saw is read as named, and
+            // the poll below only looks for what it did not see.
+            biased;
             gone = shutdown.changed() => if gone.is_err() || *shutdown.borrow() { return } else { continue },
             Some(first) = rx.recv() => {
                 // Let the burst finish, but not forever: a directory that
@@ -158,20 +163,57 @@ pub async fn watch_dir_named(
                         _ => break,
                     }
                 }
+                handled.extend(burst.paths.keys().cloned());
                 burst.named()
             }
             _ = tick.tick() => {
+                // What changed since the last poll that no event named (a
+                // filesystem that drops events): those files, by name. The
+                // poll costs one walk per interval, however many changes
+                // the watcher handled in between.
                 let now = fingerprint_blocking(&dir).await;
-                if now == last && !retry() { continue }
-                None
+                let missed: Vec<PathBuf> = changed_paths(&last, &now)
+                    .into_iter()
+                    .filter(|p| !handled.contains(p))
+                    .collect();
+                last = now;
+                handled.clear();
+                if retry() {
+                    None
+                } else if missed.is_empty() {
+                    continue;
+                } else {
+                    Some(missed)
+                }
             }
         };
         let reload = reload.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || reload(named)).await {
             tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
         }
-        last = fingerprint_blocking(&dir).await;
     }
+}
+
+/// The files whose size or modification time differ between two
+/// fingerprints, or that are in one only.
+fn changed_paths(before: &Fingerprint, after: &Fingerprint) -> Vec<PathBuf> {
+    let before: std::collections::HashMap<&PathBuf, _> =
+        before.iter().map(|(p, len, t)| (p, (len, t))).collect();
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (path, len, time) in after {
+        seen.insert(path);
+        if before.get(path) != Some(&(len, time)) {
+            out.push(path.clone());
+        }
+    }
+    out.extend(
+        before
+            .keys()
+            .filter(|p| !seen.contains(*p))
+            .map(|p| (*p).clone()),
+    );
+    out
 }
 
 /// Sizes and modification times of every file under a directory.
@@ -205,5 +247,77 @@ fn walk(dir: &Path, out: &mut Fingerprint) {
         } else {
             out.push((path, meta.len(), meta.modified().ok()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_paths_are_those_resized_retimed_added_or_gone() {
+        let t = |s| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        let before: Fingerprint = vec![
+            ("a".into(), 1, t(1)),
+            ("b".into(), 1, t(1)),
+            ("c".into(), 1, t(1)),
+            ("d".into(), 1, t(1)),
+        ];
+        let after: Fingerprint = vec![
+            ("a".into(), 1, t(1)),
+            ("b".into(), 2, t(1)),
+            ("c".into(), 1, t(2)),
+            ("e".into(), 1, t(1)),
+        ];
+        let mut changed = changed_paths(&before, &after);
+        changed.sort();
+        let want: Vec<PathBuf> = ["b", "c", "d", "e"].iter().map(PathBuf::from).collect();
+        assert_eq!(changed, want);
+    }
+
+    /// A file written whole that the caller applies in place is reloaded
+    /// by name within the prompt window; one the caller does not is
+    /// reloaded by name after the quiet period.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_written_whole_are_named_and_prompt_ones_go_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fast, slow) = (dir.path().join("fast.yaml"), dir.path().join("slow.yaml"));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (stop, shutdown) = watch::channel(false);
+        let prompt_path = fast.clone();
+        let watching = tokio::spawn(watch_dir_named(
+            dir.path().to_path_buf(),
+            None,
+            Duration::from_secs(3600),
+            shutdown,
+            move |named| {
+                let _ = tx.send((named, tokio::time::Instant::now()));
+            },
+            || false,
+            move |paths| paths.iter().all(|p| *p == prompt_path),
+        ));
+        // The watcher must be in place before the writes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut write = async |path: &PathBuf, text: &str| {
+            let written = tokio::time::Instant::now();
+            std::fs::write(path, text).unwrap();
+            let (named, at) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("a reload")
+                .unwrap();
+            assert_eq!(named, Some(vec![path.clone()]));
+            at - written
+        };
+        let waited = write(&slow, "x").await;
+        assert!(waited >= QUIET_PERIOD, "{waited:?}: the quiet period");
+        // Before the quiet period: at least once in three tries, so that a
+        // loaded machine's scheduling cannot fail it.
+        let mut fastest = Duration::MAX;
+        for text in ["1", "2", "3"] {
+            fastest = fastest.min(write(&fast, text).await);
+        }
+        assert!(fastest < QUIET_PERIOD, "{fastest:?}");
+        stop.send_replace(true);
+        watching.await.unwrap();
     }
 }
