@@ -80,8 +80,18 @@ where
     /// Starts the one watch of `api` with `config`; `listed` learns when
     /// it has listed.
     pub fn watch(api: Api<K>, config: watcher::Config, listed: &mut Listed) -> Shared<K> {
+        Shared::watch_queued(api, config, listed, CAPACITY)
+    }
+
+    /// [`Shared::watch`] with `capacity` changes queued per subscriber.
+    fn watch_queued(
+        api: Api<K>,
+        config: watcher::Config,
+        listed: &mut Listed,
+        capacity: usize,
+    ) -> Shared<K> {
         let (store, writer) = reflector::store();
-        let (changes, _) = broadcast::channel(CAPACITY);
+        let (changes, _) = broadcast::channel(capacity);
         let events = listed.track(reflector::reflector(writer, watcher(api, config)));
         let (tx, reader) = (changes.clone(), store.clone());
         let task = tokio::spawn(async move {
@@ -251,5 +261,40 @@ mod tests {
             .filter(|r| r.param("watch").as_deref() == Some("true"))
             .count();
         assert_eq!(watches, 1, "one watch for both subscribers");
+    }
+
+    /// A subscriber that does not read while more changes arrive than its
+    /// queue holds loses none of what the store has: it is caught up from
+    /// the store, and the queue stays at its bound meanwhile.
+    #[tokio::test]
+    async fn a_subscriber_past_its_queue_is_caught_up_from_the_store() {
+        let api = ApiServer::start().await;
+        let mut listed = Listed::default();
+        let shared: Shared<ConfigMap> = Shared::watch_queued(
+            Api::all(api.client()),
+            watcher::Config::default(),
+            &mut listed,
+            2,
+        );
+        let mut slow = Box::pin(shared.touched());
+        assert!(listed.wait().await);
+        let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        for name in &names {
+            api.apply(config_map(name));
+        }
+        // Every change is in the store before the subscriber reads again.
+        for _ in 0..100 {
+            if shared.store().state().len() == names.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(shared.store().state().len(), names.len());
+        assert!(shared.changes.len() <= 2, "the queue holds its bound");
+        let mut seen = std::collections::BTreeSet::new();
+        while seen.len() < names.len() {
+            seen.insert(next(&mut slow).await);
+        }
+        assert_eq!(seen, names.iter().cloned().collect());
     }
 }
