@@ -10,11 +10,13 @@ Measures, per binary and size:
   - the CPU the proxy spent on that one change (no probing; process CPU over
     the second after the write, less the same window at rest);
   - a burst of RATE changes/s over different namespaces for SECONDS: p99 of
-    written -> served and the proxy's CPU share of one core.
+    written -> served and the proxy's CPU share of one core;
+  - the same stream again without probing: the proxy's CPU share alone and
+    the p50/p99 of the in-place updates its log times (`update_ms`).
 
 Usage: endpoint-churn.py --sizes 10000,100000 --json out.json NAME=BINARY...
 """
-import argparse, json, os, shutil, socket, subprocess, sys, tempfile, threading, time
+import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
 PER_NS = 100
 
@@ -241,6 +243,42 @@ def run_one(binary, n, ports, rate, seconds):
                 "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, 1),
                 "max_ms": round(lat[-1] * 1e3, 1),
                 "cpu_share_of_a_core_incl_probes": round(cpu / elapsed, 3),
+            }
+            # The same stream without probing: the proxy's CPU alone, and
+            # (from its log) how long each in-place update took inside it.
+            time.sleep(1.0 + n / 50000)
+            log.flush()
+            logged_before = os.path.getsize(os.path.join(d, "log"))
+            c0 = cpu_seconds(p.pid)
+            start = time.monotonic()
+            i = 0
+            while time.monotonic() - start < seconds:
+                # Each write moves one more Service than the probed stream
+                # did in that namespace, so none rewrites what is there.
+                k = i % namespaces
+                targets = now.setdefault(k, ["a"] * PER_NS)
+                j = (i // namespaces + 1) % PER_NS
+                targets[j] = "b" if targets[j] == "a" else "a"
+                write_slices(manifests, k, [ports[x] for x in targets])
+                i += 1
+                time.sleep(max(0.0, start + i * interval - time.monotonic()))
+            elapsed = time.monotonic() - start
+            cpu = cpu_seconds(p.pid) - c0
+            time.sleep(1.0)
+            with open(os.path.join(d, "log"), errors="replace") as f:
+                f.seek(logged_before)
+                updates = sorted(
+                    float(m.group(1))
+                    for m in re.finditer(
+                        r"update_ms=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", f.read())
+                    )
+                )
+            out["stream_unprobed"] = {
+                "changes": i,
+                "cpu_share_of_a_core": round(cpu / elapsed, 3),
+                "in_place_updates_logged": len(updates),
+                "update_ms_p50": round(updates[len(updates) // 2], 2) if updates else None,
+                "update_ms_p99": round(updates[min(len(updates) - 1, int(len(updates) * 0.99))], 2) if updates else None,
             }
         out["reloads_total"] = metric(admin, "teapot_reloads_total")
         out["endpoint_updates_total"] = metric(admin, "teapot_endpoint_updates_total")
