@@ -38,7 +38,7 @@ use teapot_api::names::{CA_SECRET_TYPE, TLS_SECRET_TYPE};
 use tokio::sync::watch;
 
 use teapot_model::manifests::{Loaded, Problem};
-use teapot_model::store::{Kind, NsName, ObjectKey, Origin, SliceChange, Store};
+use teapot_model::store::{Kind, NsName, Object, ObjectKey, Origin, SliceChange, Store};
 use teapot_model::validate;
 
 use crate::Error;
@@ -648,6 +648,27 @@ impl Shared {
 }
 
 impl SourceState {
+    /// Whether `object` is the stored Ingress with `key` but for its
+    /// status and the API server's bookkeeping (`resourceVersion`,
+    /// `managedFields`), none of which a compile reads.
+    fn bookkeeping_only(&self, key: &ObjectKey, object: &Object) -> bool {
+        let Object::Ingress(new) = object else {
+            return false;
+        };
+        let id = NsName::new(key.namespace.clone(), key.name.clone());
+        let Some(old) = self.store.ingresses.get(&id) else {
+            return false;
+        };
+        let bare = |i: &Ingress| {
+            let mut i = i.clone();
+            i.status = None;
+            i.metadata.resource_version = None;
+            i.metadata.managed_fields = None;
+            i
+        };
+        bare(&old.object) == bare(new)
+    }
+
     fn slices_alone_pending(&self) -> bool {
         !self.problems_moved && self.changed.iter().all(|k| k.kind == Kind::EndpointSlice)
     }
@@ -675,15 +696,23 @@ impl SourceState {
     /// the last good version). Returns its key.
     fn apply(&mut self, kind: Kind, resource: &ApiResource, object: DynamicObject) -> ObjectKey {
         let key = key_of(kind, &object);
-        self.changed.insert(key.clone());
         let origin = origin_of(resource, &key);
         let parsed = to_value(resource, &object)
             .and_then(|value| validate::parse_document(kind, value, &key.namespace));
         let e = match parsed {
             Ok(validate::Parsed::Object(object)) => {
-                if self.problems.remove(&key).is_some() {
+                let problem_cleared = self.problems.remove(&key).is_some();
+                if problem_cleared {
                     self.problems_moved = true;
                     tracing::info!(object = %key, "object valid again");
+                }
+                // An Ingress whose status alone changed (most often the
+                // fleet's own status write coming back) is stored, so the
+                // status writer reads it, but changes nothing a compile
+                // reads: every replica recompiling for it would cost a
+                // compile per status write.
+                if problem_cleared || !self.bookkeeping_only(&key, &object) {
+                    self.changed.insert(key.clone());
                 }
                 self.store.insert(key.clone(), object, origin.clone());
                 return key;
@@ -691,6 +720,7 @@ impl SourceState {
             // As the manifests reader: a version served before is kept
             // (the store's rule for a bad update), a new one stands refused.
             Ok(validate::Parsed::Refused { object, mut error }) => {
+                self.changed.insert(key.clone());
                 if !self.store.serves(&key) {
                     self.store.insert(key.clone(), object, origin.clone());
                     error
@@ -699,7 +729,10 @@ impl SourceState {
                 }
                 error
             }
-            Err(e) => e,
+            Err(e) => {
+                self.changed.insert(key.clone());
+                e
+            }
         };
         let problem = Problem {
             file: origin.file,
@@ -1290,6 +1323,37 @@ mod tests {
         });
         assert!(state.take_slice_changes().is_none());
         assert_eq!(state.changed.len(), 2, "nothing taken");
+    }
+
+    /// The fleet's own status write comes back as an Ingress event: stored
+    /// (the status writer reads it) but no change for the compile; a spec
+    /// change is one.
+    #[test]
+    fn an_ingress_whose_status_alone_changed_is_no_change() {
+        let resource = api_resource(Kind::Ingress);
+        let ingress = |host: &str, version: &str, status: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "web", "namespace": "t", "resourceVersion": version},
+                "spec": {"rules": [{"host": host}]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let mut state = SourceState::default();
+        let key = state.apply(Kind::Ingress, &resource, ingress("a.test", "1", json!({})));
+        assert!(state.changed.remove(&key));
+        let written = json!({"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}});
+        state.apply(
+            Kind::Ingress,
+            &resource,
+            ingress("a.test", "2", written.clone()),
+        );
+        assert!(state.changed.is_empty(), "a status write is no change");
+        let stored = &state.store.ingresses[&NsName::new("t", "web")].object;
+        assert!(stored.status.is_some(), "but the status is stored");
+        state.apply(Kind::Ingress, &resource, ingress("b.test", "3", written));
+        assert!(state.changed.contains(&key), "a spec change is one");
     }
 
     #[test]

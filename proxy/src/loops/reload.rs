@@ -250,6 +250,14 @@ impl Reloader {
                 None => return InPlace::NotSlices,
             },
         };
+        if changes.is_empty() {
+            // Files rewritten as they were, or a watch event that changed
+            // nothing a compile reads (an Ingress's status).
+            if let Some(mut files) = files {
+                files.settle(&mut state.files);
+            }
+            return InPlace::Done;
+        }
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         if let Err(why) = teapot_model::tenancy::admit_slice_changes(
             &state.store,
