@@ -1064,19 +1064,21 @@ mod tests {
             "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [10.1.0.0/16], limits: {{maxTotalBytes: {}}}}}\n",
             one * 5 / 2
         );
-        let mut loaded = read(&format!(
-            "{tenant}---\n{}---\n{}",
-            slice("s-1", 10),
-            slice("s-2", 10)
-        ));
-        let mut verdicts = SliceVerdicts::default();
-        admit_cached(
-            &mut loaded,
-            &Store::default(),
-            "example.net",
-            &[],
-            &mut verdicts,
-        );
+        // The tenant with `n` slices of ten endpoints, admitted whole.
+        let admitted = |n: usize| {
+            let slices: Vec<String> = (1..=n).map(|i| slice(&format!("s-{i}"), 10)).collect();
+            let mut loaded = read(&format!("{tenant}---\n{}", slices.join("---\n")));
+            let mut verdicts = SliceVerdicts::default();
+            admit_cached(
+                &mut loaded,
+                &Store::default(),
+                "example.net",
+                &[],
+                &mut verdicts,
+            );
+            (loaded, verdicts)
+        };
+        let (loaded, mut verdicts) = admitted(2);
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let store = loaded.store;
         let admit = |changes: &[SliceChange], verdicts: &mut SliceVerdicts| {
@@ -1099,20 +1101,7 @@ mod tests {
         assert_eq!(admit(&gone, &mut verdicts), Ok(()));
 
         // A tenant already past its total is left to the whole admission.
-        let mut loaded = read(&format!(
-            "{tenant}---\n{}---\n{}---\n{}",
-            slice("s-1", 10),
-            slice("s-2", 10),
-            slice("s-3", 10)
-        ));
-        let mut verdicts = SliceVerdicts::default();
-        admit_cached(
-            &mut loaded,
-            &Store::default(),
-            "example.net",
-            &[],
-            &mut verdicts,
-        );
+        let (loaded, mut verdicts) = admitted(3);
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
         let small = slice("s-1", 1);
         assert!(
