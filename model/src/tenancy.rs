@@ -186,10 +186,7 @@ pub fn admit_slice_changes(
         };
         let size = stored.object.source_bytes();
         let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
-        let typed = stored.object.to_typed();
-        let object = TenantObjectRef::EndpointSlice(&typed);
-        let mut violations = admission::check_typed_sized(&ctx, &change.id.namespace, object, size);
-        violations.extend_from_slice(stored.object.dropped_violations());
+        let violations = judge_slice(&ctx, &change.id.namespace, &stored.object);
         if !violations.is_empty() {
             return Err("the tenant policy refuses a slice");
         }
@@ -580,11 +577,7 @@ fn admit_pass(
         let size = s.object.source_bytes();
         let violations = verdicts.get_or_judge(id, &s.object, || {
             let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
-            let typed = s.object.to_typed();
-            let object = TenantObjectRef::EndpointSlice(&typed);
-            let mut v = admission::check_typed_sized(&ctx, &id.namespace, object, size);
-            v.extend_from_slice(s.object.dropped_violations());
-            v
+            judge_slice(&ctx, &id.namespace, &s.object)
         });
         if violations.is_empty() {
             loaded_bytes.push(Weighed {
@@ -694,6 +687,21 @@ pub fn claimed_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
         }
         _ => Vec::new(),
     }
+}
+
+/// The tenant policy on an EndpointSlice: the rules run on what the proxy
+/// kept, which is all it acts on (crate::endpoints), plus what was found
+/// in the dropped fields; the size counted is the slice as written.
+fn judge_slice(
+    ctx: &AdmissionContext<'_>,
+    namespace: &str,
+    slice: &crate::endpoints::CompactSlice,
+) -> Vec<Violation> {
+    let typed = slice.to_typed();
+    let object = TenantObjectRef::EndpointSlice(&typed);
+    let mut v = admission::check_typed_sized(ctx, namespace, object, slice.source_bytes());
+    v.extend_from_slice(slice.dropped_violations());
+    v
 }
 
 /// An admitted object of a tenant namespace and its JSON size.

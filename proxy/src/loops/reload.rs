@@ -52,6 +52,16 @@ enum InPlace {
     Compile(&'static str),
 }
 
+/// What an endpoint update in place logs besides the refresh.
+struct InPlaceUpdate {
+    generation: u64,
+    /// EndpointSlices changed.
+    slices: usize,
+    /// Reading them (the load, or the named files).
+    load_ms: f64,
+    started: std::time::Instant,
+}
+
 /// Where a [`Reloader`] reads its objects.
 #[derive(Clone, Debug)]
 pub enum Source {
@@ -279,31 +289,45 @@ impl Reloader {
         if let Some(mut files) = files {
             files.settle(&mut state.files);
         }
-        let refresh_started = std::time::Instant::now();
-        match endpoint_sets::refresh(
-            &state.store,
-            &services,
-            &self.options,
-            &self.registry,
-            &state.parts,
-        ) {
-            Refreshed::Stored(cells) => {
-                self.registry.prune_when_grown();
-                self.metrics.endpoint_updates_total.inc();
-                tracing::info!(
-                    generation = state.generation,
-                    slices,
-                    services = services.len(),
-                    cells,
-                    load_ms,
-                    refresh_ms = refresh_started.elapsed().as_secs_f64() * 1e3,
-                    update_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "endpoints updated in place"
-                );
-                InPlace::Done
-            }
+        let update = InPlaceUpdate {
+            generation: state.generation,
+            slices,
+            load_ms,
+            started,
+        };
+        match self.refresh_cells(&state.store, &state.parts, &services, update) {
+            Refreshed::Stored(_) => InPlace::Done,
             Refreshed::NeedsCompile(why) => InPlace::Compile(why),
         }
+    }
+
+    /// Brings the cells of `services` to what `store` says
+    /// ([`endpoint_sets::refresh`]); when stored, counts and logs the update.
+    fn refresh_cells(
+        &self,
+        store: &Store,
+        parts: &CompiledParts,
+        services: &[(String, String)],
+        update: InPlaceUpdate,
+    ) -> Refreshed {
+        let refresh_started = std::time::Instant::now();
+        let refreshed =
+            endpoint_sets::refresh(store, services, &self.options, &self.registry, parts);
+        if let Refreshed::Stored(cells) = refreshed {
+            self.registry.prune_when_grown();
+            self.metrics.endpoint_updates_total.inc();
+            tracing::info!(
+                generation = update.generation,
+                slices = update.slices,
+                services = services.len(),
+                cells,
+                load_ms = update.load_ms,
+                refresh_ms = refresh_started.elapsed().as_secs_f64() * 1e3,
+                update_ms = update.started.elapsed().as_secs_f64() * 1e3,
+                "endpoints updated in place"
+            );
+        }
+        refreshed
     }
 
     fn load_and_apply(
@@ -352,28 +376,15 @@ impl Reloader {
                 .as_deref()
                 .and_then(|keys| endpoint_sets::slice_services(keys, &state.store, &loaded.store))
         {
-            let refresh_started = std::time::Instant::now();
-            let refreshed = endpoint_sets::refresh(
-                &loaded.store,
-                &services,
-                &self.options,
-                &self.registry,
-                &state.parts,
-            );
-            match refreshed {
-                Refreshed::Stored(cells) => {
+            let update = InPlaceUpdate {
+                generation: state.generation,
+                slices: changed.as_deref().map_or(0, <[_]>::len),
+                load_ms,
+                started,
+            };
+            match self.refresh_cells(&loaded.store, &state.parts, &services, update) {
+                Refreshed::Stored(_) => {
                     state.store = loaded.store;
-                    self.registry.prune_when_grown();
-                    self.metrics.endpoint_updates_total.inc();
-                    tracing::info!(
-                        generation = state.generation,
-                        services = services.len(),
-                        cells,
-                        load_ms,
-                        refresh_ms = refresh_started.elapsed().as_secs_f64() * 1e3,
-                        update_ms = started.elapsed().as_secs_f64() * 1e3,
-                        "endpoints updated in place"
-                    );
                     return state.generation;
                 }
                 Refreshed::NeedsCompile(why) => {
