@@ -277,6 +277,11 @@ pub async fn keep_alive(
             result
         });
     }
+    Ok(merged(tasks, &window).await)
+}
+
+/// Every task's result as one, over the window's length.
+async fn merged(tasks: tokio::task::JoinSet<LoadResult>, window: &Window) -> LoadResult {
     let mut total = LoadResult {
         seconds: window.seconds(),
         ..LoadResult::default()
@@ -285,7 +290,7 @@ pub async fn keep_alive(
         total.merge(one);
     }
     total.latencies_us.sort_unstable();
-    Ok(total)
+    total
 }
 
 /// Requests one after the other on one connection until the window ends
@@ -374,15 +379,7 @@ pub async fn handshakes(
             result
         });
     }
-    let mut total = LoadResult {
-        seconds: window.seconds(),
-        ..LoadResult::default()
-    };
-    for one in tasks.join_all().await {
-        total.merge(one);
-    }
-    total.latencies_us.sort_unstable();
-    Ok(total)
+    Ok(merged(tasks, &window).await)
 }
 
 /// A connection held idle after its one request. When it is dropped it
