@@ -346,7 +346,7 @@ async fn forward(data: &[u8], heads: &[bool]) -> Vec<Vec<u8>> {
         raw
     });
     let router = move |_: &teapot_h1::RequestHead<'_>, _: &ConnInfo| {
-        Decision::Forward(Forward::to(vec![addr]))
+        Decision::forward(Forward::to(vec![addr]))
     };
     // Short client timeouts end a run that stops midway; the upstream's
     // stays long, as a spurious one would send a request twice (retry).

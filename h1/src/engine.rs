@@ -470,7 +470,8 @@ impl Stats {
 
 /// What the head and the router decided.
 enum Plan<U> {
-    Forward(Box<ForwardPlan<U>>),
+    /// Small: the route's [`Forward`] is in its own box, from the router.
+    Forward(ForwardPlan<U>),
     Local {
         respond: Respond,
         head_request: bool,
@@ -482,7 +483,7 @@ enum Plan<U> {
 }
 
 struct ForwardPlan<U> {
-    fwd: Forward<U>,
+    fwd: Box<Forward<U>>,
     body: BodyFraming,
     head_request: bool,
     /// Safe to send again on a fresh connection: idempotent, no body.
@@ -2371,7 +2372,7 @@ async fn prepare<R: Router>(
         _ if framing.content_length == Some(0) => BodyLength::Empty,
         _ => BodyLength::Unframed,
     });
-    Plan::Forward(Box::new(ForwardPlan {
+    Plan::Forward(ForwardPlan {
         fwd,
         body,
         head_request,
@@ -2381,7 +2382,7 @@ async fn prepare<R: Router>(
         client_http10: http10,
         upgrade: upgrade_value.is_some(),
         length_required,
-    }))
+    })
 }
 
 /// The 411's body: a request to an HTTP/1.0 backend must say its length.

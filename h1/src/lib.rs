@@ -20,7 +20,7 @@
 //! # async fn demo(listener: tokio::net::TcpListener) {
 //! let upstream: std::net::SocketAddr = "127.0.0.1:8080".parse().unwrap();
 //! let router = move |_: &RequestHead<'_>, _: &ConnInfo| {
-//!     Decision::Forward(Forward::to(vec![upstream]))
+//!     Decision::forward(Forward::to(vec![upstream]))
 //! };
 //! let engine = Arc::new(Engine::new(router, (), EngineConfig::default()));
 //! let (_tx, shutdown) = tokio::sync::watch::channel(false);

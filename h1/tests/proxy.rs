@@ -499,7 +499,7 @@ async fn hop_by_hop_fields_are_dropped_and_edits_applied() {
                     Bytes::from_static(b"x-served-by"),
                     Bytes::from_static(b"teapot"),
                 );
-            Decision::Forward(f)
+            Decision::forward(f)
         }),
         EngineConfig::default(),
     )
@@ -566,7 +566,7 @@ async fn rewritten_target_and_host_response_edits_and_a_shorter_read_timeout() {
             if head.path().starts_with("/slow") {
                 f.timeouts.read = Some(Duration::from_millis(150));
             }
-            Decision::Forward(f)
+            Decision::forward(f)
         }),
         EngineConfig::default(),
     )
@@ -713,10 +713,10 @@ async fn upstream_connect_failure_is_a_502_and_the_connection_lives_on() {
     let mut p = proxy(
         Box::new(move |head, _| {
             if head.path() == "/dead" {
-                Decision::Forward(Forward::to(vec![dead]))
+                Decision::forward(Forward::to(vec![dead]))
             } else {
                 // The dead address first: the live one is tried next.
-                Decision::Forward(Forward::to(vec![dead, up]))
+                Decision::forward(Forward::to(vec![dead, up]))
             }
         }),
         EngineConfig::default(),
@@ -1100,7 +1100,7 @@ impl teapot_h1::Router for ReplacingRouter {
         } else {
             self.up
         };
-        std::future::ready(Decision::Forward(Forward::via(Replacing(to))))
+        std::future::ready(Decision::forward(Forward::via(Replacing(to))))
     }
 }
 

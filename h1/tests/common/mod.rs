@@ -293,7 +293,7 @@ pub fn to(upstream: SocketAddr) -> TestRouter {
         f.request_edits = f
             .request_edits
             .append(Bytes::from_static(b"x-forwarded-for"), ip);
-        Decision::Forward(f)
+        Decision::forward(f)
     })
 }
 

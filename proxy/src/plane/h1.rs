@@ -190,7 +190,8 @@ impl teapot_h1::Router for Router {
         if !cors.is_empty() {
             cors.extend_from_slice(alt_svc.unwrap_or_default());
         }
-        let mut fwd = H1Forward::via(Target {
+        // Boxed here, where it is made: the engine moves only the box.
+        let mut fwd = Box::new(H1Forward::via(Target {
             upstream: forward.upstream,
             tried: Tried::default(),
             preferred: forward.policy.as_ref().and_then(|p| p.endpoint),
@@ -213,7 +214,7 @@ impl teapot_h1::Router for Router {
                 .as_ref()
                 .filter(|p| p.ewma)
                 .map(|_| traffic::ewma::Measure::default()),
-        });
+        }));
         fwd.max_body_size = Some(forward.body_limit);
         fwd.retry = forward.policy.as_ref().and_then(|p| p.retry.clone());
         if let Some(http) = forward
