@@ -1,6 +1,7 @@
 //! The DNS zone at scale (docs/dns.md, benches/dns.md "Authoritative
-//! DNS"): memory and build time of a zone of N assigned hostnames (the
-//! proxy rebuilds it whole on every change), and the query path alone
+//! DNS"): memory and build time of a zone of N assigned hostnames (built
+//! whole at start and when the answered addresses change; a change of
+//! names is `dns-zone-change`'s), and the query path alone
 //! (`teapot_dns::respond`, no sockets) on one core, hits and NXDOMAINs.
 //!
 //!   cargo run --release -p teapot-dns --example zone-report -- [NAMES...]

@@ -2,14 +2,17 @@
 //! for the names it serves (docs/dns.md).
 //!
 //! It knows nothing of Kubernetes or of the proxy: it serves a [`Zone`]
-//! value that its owner builds and swaps whole (the proxy's
+//! value that its owner builds whole or edits, and swaps (the proxy's
 //! `loops::dns_zone` builds it from the compiled routes, the addresses
 //! that serve them and the ACME DNS-01 challenges).
 //!
 //! Layout:
 //! - [`zone`]: [`ZoneSettings`] (origin, name servers, TTLs, CAA), the
 //!   [`ZoneBuilder`] and the immutable [`Zone`], whose SOA serial is a hash
-//!   of its content (the same on every replica for the same state).
+//!   of its content (the same on every replica for the same state); a
+//!   [`ZoneEdit`] makes the next zone from one by the names that changed.
+//! - `names`: the zone's tables, sharded, each shard shared by the zones
+//!   an edit made from one another until one of them changes it.
 //! - [`answer`]: the query path, bytes to bytes: REFUSED outside the zone,
 //!   NXDOMAIN with the negative-caching SOA, NODATA, RFC 8482 ANY,
 //!   truncation for UDP. The fuzz target drives it.
@@ -25,6 +28,7 @@ pub mod answer;
 mod error;
 pub mod escape;
 pub mod metrics;
+mod names;
 pub mod rrl;
 pub mod server;
 pub mod zone;
@@ -34,4 +38,4 @@ pub use error::Error;
 pub use metrics::Metrics;
 pub use rrl::RateLimit;
 pub use server::{ServerConfig, Sockets, ZoneHandle, run};
-pub use zone::{Zone, ZoneBuilder, ZoneSettings};
+pub use zone::{Zone, ZoneBuilder, ZoneEdit, ZoneSettings};

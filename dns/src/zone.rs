@@ -1,18 +1,24 @@
 //! The zone teapot is authoritative for, as one immutable value: built
-//! whole by [`ZoneBuilder`] from the proxy's state and swapped in
-//! atomically, so a query never sees half of a change.
+//! whole by [`ZoneBuilder`], or made from the zone before by the names
+//! that changed ([`Zone::edit`]), and swapped in atomically, so a query
+//! never sees half of a change. A zone made by edits shares the shards of
+//! its tables that the edits did not touch with the zone it came from
+//! ([`crate::names`]), so a change costs what it changes.
 //!
 //! The SOA serial is a hash of the zone's content, not a counter: every
 //! replica that holds the same routes and addresses answers the same
-//! serial, whichever of them compiled first or restarted last.
+//! serial, whichever of them compiled first or restarted last, and
+//! whatever order of changes led it there. It sums a hash per name, so an
+//! edit updates it by the names it changes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::rdata::{CAA, SOA};
 use hickory_proto::rr::{LowerName, Name};
 
 use crate::Error;
+use crate::names::Names;
 
 /// What an operator sets once for the zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +71,10 @@ pub(crate) struct Node {
 /// One zone, ready to answer from.
 #[derive(Clone, Debug)]
 pub struct Zone {
+    /// The hash of the settings and the sum of the names' hashes
+    /// ([`name_hash`]): the serial, kept as the parts an edit updates.
+    pub(crate) settings_hash: u64,
+    pub(crate) content_hash: u64,
     pub(crate) origin: LowerName,
     pub(crate) origin_name: Name,
     pub(crate) soa: SOA,
@@ -84,15 +94,17 @@ pub struct Zone {
     /// The names with records, keyed by their lowercase wire format
     /// ([`wire`]): the query path looks a name up as the query carries
     /// it, with no conversion.
-    pub(crate) nodes: HashMap<Box<[u8]>, Node>,
-    /// Names with no records of their own but names below them
-    /// (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses): NODATA,
-    /// not NXDOMAIN (RFC 8020).
-    pub(crate) empty_non_terminals: HashSet<Box<[u8]>>,
+    pub(crate) nodes: Names<Node>,
+    /// Every name between a name with records and the apex (both
+    /// excluded), with how many names with records are below it: an edit
+    /// removes the name with the last one. Those without records of their
+    /// own (`CLUSTER.lb.DOMAIN` when only its Ingresses have addresses) are
+    /// the empty non-terminals: NODATA, not NXDOMAIN (RFC 8020).
+    pub(crate) parents: Names<u32>,
     /// The records of each wildcard `*.P`, keyed by `P`: a name below `P`
     /// whose closest existing ancestor is `P` is answered from them
     /// (RFC 4592 §3.3.1), as a tenant's wildcard Ingress host routes it.
-    pub(crate) wildcards: HashMap<Box<[u8]>, Node>,
+    pub(crate) wildcards: Names<Node>,
     /// False for [`ZoneBuilder::placeholder`]: names are not known yet.
     pub(crate) loaded: bool,
 }
@@ -119,7 +131,7 @@ impl Zone {
         if let Some(node) = self.nodes.get(name) {
             return Found::Node(Some(node));
         }
-        if name == &*self.origin_wire || self.empty_non_terminals.contains(name) {
+        if name == &*self.origin_wire || self.parents.contains_key(name) {
             return Found::Node(None);
         }
         if self.wildcards.is_empty() {
@@ -133,7 +145,7 @@ impl Zone {
             parent = up;
             if parent == &*self.origin_wire
                 || self.nodes.contains_key(parent)
-                || self.empty_non_terminals.contains(parent)
+                || self.parents.contains_key(parent)
             {
                 return match self.wildcards.get_key_value(parent) {
                     Some((encloser, node)) => Found::Wildcard(encloser, node),
@@ -279,43 +291,44 @@ impl ZoneBuilder {
         for issuer in &s.caa_issuers {
             hash.write(issuer.as_bytes());
         }
-        let mut nodes = HashMap::with_capacity(self.names.len());
-        let mut empty_non_terminals = HashSet::new();
-        let mut wildcards = HashMap::new();
+        let settings_hash = hash.0;
+        let mut content_hash = 0u64;
+        let mut nodes = Names::default();
+        let mut parents: Names<u32> = Names::default();
+        let mut wildcards = Names::default();
         for (name, records) in &self.names {
-            hash.write(name.to_ascii().as_bytes());
+            let key = wire(name);
             let mut node = Node::default();
             for addr in &records.addresses {
-                hash.write(addr.to_string().as_bytes());
                 match addr {
                     IpAddr::V4(a) => node.a.push(*a),
                     IpAddr::V6(a) => node.aaaa.push(*a),
                 }
             }
-            for txt in &records.txt {
-                hash.write(b"txt");
-                hash.write(txt.as_bytes());
-                node.txt.push(txt.clone());
-            }
+            node.txt.extend(records.txt.iter().cloned());
+            content_hash = content_hash.wrapping_add(name_hash(&key, &node));
             let mut parent = name.base_name();
             while self.origin.zone_of(&parent) && parent != self.origin {
-                empty_non_terminals.insert(wire(&parent));
+                let parent_key = wire(&parent);
+                match parents.get_mut(&parent_key) {
+                    Some(below) => *below += 1,
+                    None => {
+                        parents.insert(&parent_key, 1);
+                    }
+                }
                 parent = parent.base_name();
             }
             if name.is_wildcard() {
-                wildcards.insert(wire(&name.base_name()), node.clone());
+                wildcards.insert(&wire(&name.base_name()), node.clone());
             }
-            nodes.insert(wire(name), node);
+            nodes.insert(&key, node);
         }
-        empty_non_terminals.retain(|n| !nodes.contains_key(n));
-        // 0 is avoided: some tools read it as "no serial".
-        let serial = (hash.finish() as u32).max(1);
         let name = |n: &str| parse_name(n).expect("checked in new").to_lowercase();
         let nameservers: Vec<Name> = s.nameservers.iter().map(|n| name(n)).collect();
         let soa = SOA::new(
             nameservers[0].clone(),
             name(&s.hostmaster),
-            serial,
+            0,
             3600,
             600,
             86400,
@@ -345,21 +358,12 @@ impl ZoneBuilder {
                 _ => (name, false),
             }
         });
-        let mut soa_numbers = [0; 20];
-        let numbers = [
-            soa.serial,
-            soa.refresh as u32,
-            soa.retry as u32,
-            soa.expire as u32,
-            soa.minimum,
-        ];
-        for (chunk, n) in soa_numbers.chunks_mut(4).zip(numbers) {
-            chunk.copy_from_slice(&n.to_be_bytes());
-        }
-        Zone {
+        let mut zone = Zone {
+            settings_hash,
+            content_hash,
             origin_wire,
             soa_names,
-            soa_numbers,
+            soa_numbers: [0; 20],
             origin: LowerName::new(&self.origin),
             origin_name: self.origin.to_lowercase(),
             soa,
@@ -369,11 +373,215 @@ impl ZoneBuilder {
             negative_ttl: s.negative_ttl,
             apex_ttl: s.apex_ttl,
             nodes,
-            empty_non_terminals,
+            parents,
             wildcards,
             loaded: true,
+        };
+        zone.seal();
+        zone
+    }
+}
+
+impl Zone {
+    /// Sets the serial from the content's hash, in the SOA and in its wire
+    /// form.
+    fn seal(&mut self) {
+        let h = mix(self.settings_hash ^ mix(self.content_hash));
+        // 0 is avoided: some tools read it as "no serial".
+        self.soa.serial = ((h ^ (h >> 32)) as u32).max(1);
+        let numbers = [
+            self.soa.serial,
+            self.soa.refresh as u32,
+            self.soa.retry as u32,
+            self.soa.expire as u32,
+            self.soa.minimum,
+        ];
+        for (chunk, n) in self.soa_numbers.chunks_mut(4).zip(numbers) {
+            chunk.copy_from_slice(&n.to_be_bytes());
         }
     }
+
+    /// A copy of this zone to change by name: what the edits leave alone
+    /// stays shared with this one, which keeps answering meanwhile.
+    pub fn edit(&self) -> ZoneEdit {
+        ZoneEdit { zone: self.clone() }
+    }
+}
+
+/// Two zones answer alike: the same settings, names, records, empty
+/// non-terminals, wildcards and serial, however each was made.
+impl PartialEq for Zone {
+    fn eq(&self, other: &Zone) -> bool {
+        self.origin_wire == other.origin_wire
+            && self.soa == other.soa
+            && self.soa_names == other.soa_names
+            && self.soa_numbers == other.soa_numbers
+            && self.nameservers == other.nameservers
+            && self.caa == other.caa
+            && (self.ttl, self.negative_ttl, self.apex_ttl)
+                == (other.ttl, other.negative_ttl, other.apex_ttl)
+            && self.nodes == other.nodes
+            && self.parents == other.parents
+            && self.wildcards == other.wildcards
+            && self.loaded == other.loaded
+            && (self.settings_hash, self.content_hash) == (other.settings_hash, other.content_hash)
+    }
+}
+
+/// A zone being made from another by the names that changed
+/// ([`Zone::edit`]); [`ZoneEdit::finish`] gives it its serial.
+#[derive(Debug)]
+pub struct ZoneEdit {
+    zone: Zone,
+}
+
+impl ZoneEdit {
+    /// Whether `name` is in the zone.
+    pub fn contains(&self, name: &str) -> bool {
+        self.zone.contains(name)
+    }
+
+    /// Replaces the records of `name` with these addresses (A, AAAA) and
+    /// TXT values (each one character-string, at most 255 bytes); none of
+    /// either removes the name. A name outside the zone, invalid, or with a
+    /// value too long is an error naming it, and changes nothing.
+    pub fn set<'t>(
+        &mut self,
+        name: &str,
+        addresses: impl IntoIterator<Item = IpAddr>,
+        txt: impl IntoIterator<Item = &'t str>,
+    ) -> Result<(), Error> {
+        let mut node = Node::default();
+        for value in txt {
+            if value.len() > 255 {
+                return Err(Error::Zone(format!(
+                    "TXT record of {name}: {} bytes, at most 255",
+                    value.len()
+                )));
+            }
+            node.txt.push(value.to_string());
+        }
+        let parsed = parse_name(name)?;
+        if !self.zone.origin_name.zone_of(&parsed) {
+            return Err(Error::Zone(format!(
+                "{name} is not in the zone {}",
+                self.zone.origin()
+            )));
+        }
+        for addr in addresses {
+            match addr {
+                IpAddr::V4(a) => node.a.push(a),
+                IpAddr::V6(a) => node.aaaa.push(a),
+            }
+        }
+        // As the builder's sets order them, so the name hashes alike.
+        node.a.sort_unstable();
+        node.a.dedup();
+        node.aaaa.sort_unstable();
+        node.aaaa.dedup();
+        node.txt.sort_unstable();
+        node.txt.dedup();
+        self.put(&wire(&parsed), node);
+        Ok(())
+    }
+
+    /// Removes `name` and its records; a name the zone does not hold (or
+    /// cannot) is no error.
+    pub fn remove(&mut self, name: &str) {
+        if let Ok(parsed) = parse_name(name) {
+            self.put(&wire(&parsed), Node::default());
+        }
+    }
+
+    fn put(&mut self, key: &[u8], node: Node) {
+        let zone = &mut self.zone;
+        let empty = node == Node::default();
+        let old = match zone.nodes.get(key) {
+            Some(old) if *old == node => return,
+            Some(old) => Some(name_hash(key, old)),
+            None if empty => return,
+            None => None,
+        };
+        if let Some(old) = old {
+            zone.content_hash = zone.content_hash.wrapping_sub(old);
+        }
+        let wildcard = key.strip_prefix(b"\x01*");
+        if empty {
+            zone.nodes.remove(key);
+            if let Some(base) = wildcard {
+                zone.wildcards.remove(base);
+            }
+            for parent in parents(key, &zone.origin_wire) {
+                match zone.parents.get_mut(parent) {
+                    Some(below) if *below > 1 => *below -= 1,
+                    _ => {
+                        zone.parents.remove(parent);
+                    }
+                }
+            }
+            return;
+        }
+        zone.content_hash = zone.content_hash.wrapping_add(name_hash(key, &node));
+        if let Some(base) = wildcard {
+            zone.wildcards.insert(base, node.clone());
+        }
+        if zone.nodes.insert(key, node).is_none() {
+            for parent in parents(key, &zone.origin_wire) {
+                match zone.parents.get_mut(parent) {
+                    Some(below) => *below += 1,
+                    None => {
+                        zone.parents.insert(parent, 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The zone, its serial set from its content.
+    pub fn finish(self) -> Zone {
+        let mut zone = self.zone;
+        zone.seal();
+        zone
+    }
+}
+
+/// The names between `key` and `origin` (both excluded), in wire format;
+/// `key` is in the zone.
+fn parents<'k>(key: &'k [u8], origin: &[u8]) -> impl Iterator<Item = &'k [u8]> {
+    let mut at = key;
+    std::iter::from_fn(move || {
+        let up = at.get(1 + usize::from(*at.first()?)..)?;
+        at = up;
+        (up.len() > origin.len()).then_some(up)
+    })
+}
+
+/// The hash of one name and its records (sorted): the serial sums them,
+/// so it follows the content, not how it came about.
+fn name_hash(key: &[u8], node: &Node) -> u64 {
+    let mut hash = Fnv::default();
+    hash.write(key);
+    for a in &node.a {
+        hash.write(&a.octets());
+    }
+    for a in &node.aaaa {
+        hash.write(&a.octets());
+    }
+    for txt in &node.txt {
+        hash.write(b"txt");
+        hash.write(txt.as_bytes());
+    }
+    mix(hash.0)
+}
+
+/// The finaliser of SplitMix64: every input bit moves every output bit, so
+/// a sum of hashes does not cancel in patterns.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// `name` in wire format (length-prefixed labels, the root's empty label
@@ -428,10 +636,6 @@ impl Fnv {
         // A separator, so ("ab", "c") and ("a", "bc") differ.
         self.0 ^= 0xff;
         self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
     }
 }
 
@@ -488,10 +692,103 @@ mod tests {
         let zone = b.build();
         let parent = wire(&parse_name("ACME.lb.example.com").unwrap());
         assert_eq!(&*parent, b"\x04acme\x02lb\x07example\x03com\x00");
-        assert!(zone.empty_non_terminals.contains(&parent));
-        assert!(!zone.empty_non_terminals.contains(&zone.origin_wire));
+        assert_eq!(zone.parents.get(&parent), Some(&1));
+        assert!(!zone.nodes.contains_key(&parent));
+        assert!(!zone.parents.contains_key(&zone.origin_wire));
         assert!(zone.contains("ACME.lb.example.com."));
         assert!(!zone.contains("example.com"));
+    }
+
+    /// Random edits, each zone checked against the builder's zone of the
+    /// same content: records, empty non-terminals (their counts), the
+    /// wildcards and the serial.
+    #[test]
+    fn edits_make_the_zone_a_whole_build_of_the_same_content_makes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+        let names: Vec<String> = [
+            "web.acme.lb.example.com",
+            "api.acme.lb.example.com",
+            "acme.lb.example.com",
+            "*.acme.lb.example.com",
+            "x.y.acme.lb.example.com",
+            "*.y.acme.lb.example.com",
+            "beta.lb.example.com",
+            "a.b.c.beta.lb.example.com",
+            "_acme-challenge.web.acme.lb.example.com",
+            "lb.example.com",
+            "ns1.lb.example.com",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let addresses: Vec<IpAddr> = ["192.0.2.1", "192.0.2.2", "2001:db8::1", "2001:db8::2"]
+            .into_iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let values = ["d1", "d2", "d3"];
+        let mut content: BTreeMap<String, (BTreeSet<IpAddr>, BTreeSet<&str>)> = BTreeMap::new();
+        let mut zone = builder().build();
+        for step in 0..2000 {
+            let mut edit = zone.edit();
+            for _ in 0..rng.random_range(1..4) {
+                let name = &names[rng.random_range(0..names.len())];
+                let addrs: BTreeSet<IpAddr> = addresses
+                    .iter()
+                    .filter(|_| rng.random_range(0..3) == 0)
+                    .copied()
+                    .collect();
+                let txt: BTreeSet<&str> = values
+                    .iter()
+                    .filter(|_| rng.random_range(0..4) == 0)
+                    .copied()
+                    .collect();
+                // Listed in any order, twice: the zone sorts and dedups.
+                let mut listed: Vec<IpAddr> = addrs.iter().chain(addrs.iter()).copied().collect();
+                listed.reverse();
+                if rng.random_range(0..4) == 0 {
+                    edit.remove(&name.to_ascii_uppercase());
+                    content.remove(name);
+                } else {
+                    edit.set(name, listed, txt.iter().copied()).unwrap();
+                    if addrs.is_empty() && txt.is_empty() {
+                        content.remove(name);
+                    } else {
+                        content.insert(name.clone(), (addrs, txt));
+                    }
+                }
+            }
+            zone = edit.finish();
+            let mut whole = builder();
+            for (name, (addrs, txt)) in &content {
+                for a in addrs {
+                    whole.address(name, *a).unwrap();
+                }
+                for t in txt {
+                    whole.txt(name, t).unwrap();
+                }
+            }
+            let whole = whole.build();
+            assert_eq!(zone, whole, "step {step}: {content:?}");
+            assert_eq!(zone.serial(), whole.serial());
+        }
+    }
+
+    #[test]
+    fn an_edit_refuses_what_the_builder_refuses_and_changes_nothing() {
+        let zone = builder().build();
+        let mut edit = zone.edit();
+        let err = edit
+            .set("web.example.org", ["192.0.2.1".parse().unwrap()], [])
+            .unwrap_err();
+        assert!(err.to_string().contains("web.example.org"), "{err}");
+        let long = "x".repeat(256);
+        assert!(
+            edit.set("_acme-challenge.lb.example.com", [], [long.as_str()])
+                .is_err()
+        );
+        edit.remove("not a name..");
+        assert_eq!(edit.finish(), zone);
     }
 
     #[test]

@@ -34,6 +34,9 @@ use crate::compile::snapshot::{Snapshot, SnapshotHandle};
 use crate::loops::announce::live_replicas::View;
 use crate::loops::announce::membership::{Membership, MembershipConfig};
 
+mod index;
+pub use index::{Hosts, ZoneIndex};
+
 /// The announcer-Lease pool the DNS replicas write: live members are the
 /// ready replicas whose addresses the zone answers.
 pub const DNS_POOL: &str = "teapot-dns";
@@ -188,64 +191,40 @@ pub fn live_addresses(view: &View, now: Instant) -> BTreeSet<IpAddr> {
         .collect()
 }
 
-/// The zone for a snapshot, addresses and challenges. Names the zone
-/// cannot hold (outside it, invalid) are skipped with a log line: one bad
-/// name never takes the others' answers away.
+/// The zone for a snapshot, addresses and challenges, built whole: the
+/// reference [`ZoneState`] is held to. Names the zone cannot hold
+/// (outside it, invalid) are skipped with a log line: one bad name never
+/// takes the others' answers away.
 pub fn build(
     settings: &ZoneSettings,
     snapshot: &Snapshot,
     addresses: &BTreeSet<IpAddr>,
     challenges: &[(String, String)],
 ) -> Result<Zone, teapot_dns::Error> {
+    build_from(settings, &Hosts::of(snapshot), addresses, challenges)
+}
+
+/// [`build`] from the snapshot's hosts.
+pub fn build_from(
+    settings: &ZoneSettings,
+    hosts: &Hosts<'_>,
+    addresses: &BTreeSet<IpAddr>,
+    challenges: &[(String, String)],
+) -> Result<Zone, teapot_dns::Error> {
     let mut zone = ZoneBuilder::new(settings.clone())?;
     let suffix = format!(".{}", settings.origin);
     let mut names: BTreeSet<Cow<'_, str>> = BTreeSet::new();
-    // A tenant Gateway's assigned hostname is the `Hostname` address of
-    // its status, once it is programmed (it routes).
-    let gateways = snapshot.report.gateway.gateways.iter().filter(|g| {
-        g.status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Programmed" && c.status == "True")
-    });
-    // A Gateway with its own address is answered with that address alone:
-    // the fleet's shared listeners do not serve it.
-    let own = snapshot.gateway.own();
-    let mut own_hosts: Vec<(&str, IpAddr)> = Vec::new();
-    let mut gateway_hosts: Vec<&str> = Vec::new();
-    for g in gateways {
-        let addresses = g.status.addresses.as_deref().unwrap_or_default();
-        let own_address = addresses
-            .iter()
-            .filter(|a| a.r#type.as_deref() == Some("IPAddress"))
-            .filter_map(|a| a.value.parse::<IpAddr>().ok())
-            .find(|ip| own.serves(*ip));
-        for host in addresses
-            .iter()
-            .filter(|a| a.r#type.as_deref() == Some("Hostname"))
-        {
-            match own_address {
-                Some(ip) => own_hosts.push((host.value.as_str(), ip)),
-                None => gateway_hosts.push(host.value.as_str()),
-            }
-        }
-    }
     // A wildcard right below the apex (`*.lb.DOMAIN`) would answer for
     // every tenant cluster's names: only `*.CLUSTER.lb.DOMAIN` and deeper
     // become wildcard records.
-    let wildcards = snapshot
-        .routes
-        .wildcard_hosts()
+    let wildcards = hosts
+        .wildcard
+        .iter()
         .filter(|s| s.strip_suffix(suffix.as_str()).is_some())
         .map(|s| Cow::Owned(format!("*.{s}")));
-    let exact = snapshot
-        .routes
-        .exact_hosts()
-        .chain(gateway_hosts)
-        .map(Cow::Borrowed);
+    let exact = hosts.exact.iter().map(|h| Cow::Borrowed(*h));
     // The cluster's own name keeps the fleet's addresses.
-    for (host, _) in &own_hosts {
+    for (host, _) in &hosts.own {
         if let Some(below) = host.strip_suffix(suffix.as_str())
             && let Some((_, cluster)) = below.rsplit_once('.')
         {
@@ -282,7 +261,7 @@ pub fn build(
             }
         }
     }
-    for (name, addr) in own_hosts {
+    for &(name, addr) in &hosts.own {
         if names.contains(name) || !name.ends_with(suffix.as_str()) {
             continue;
         }
@@ -303,6 +282,44 @@ pub fn build(
     Ok(zone.build())
 }
 
+/// The zone last made and what it was made from, so that the next one is
+/// made by difference: a change of routes, Gateways or challenges costs
+/// the names it changes (docs/capacity.md). The first zone, and the next
+/// after the answered addresses change (every name changes with them), is
+/// built whole.
+#[derive(Debug, Default)]
+pub struct ZoneState {
+    last: Option<(ZoneIndex, Arc<Zone>)>,
+}
+
+impl ZoneState {
+    /// The zone for these inputs: the one a whole [`build_from`] of them
+    /// makes, serial included.
+    pub fn next(
+        &mut self,
+        settings: &ZoneSettings,
+        hosts: &Hosts<'_>,
+        addresses: &BTreeSet<IpAddr>,
+        challenges: &[(String, String)],
+    ) -> Result<Arc<Zone>, teapot_dns::Error> {
+        if let Some((index, zone)) = &mut self.last
+            && index.addresses() == addresses
+        {
+            let touched = index.update(hosts, challenges);
+            if !touched.is_empty() {
+                *zone = Arc::new(index.apply(zone, &touched));
+            }
+            return Ok(zone.clone());
+        }
+        self.last = None;
+        let zone = Arc::new(build_from(settings, hosts, addresses, challenges)?);
+        let mut index = ZoneIndex::new(settings, addresses.clone());
+        index.update(hosts, challenges);
+        self.last = Some((index, zone.clone()));
+        Ok(zone)
+    }
+}
+
 /// What a zone is built from: the snapshot generation, the answered
 /// addresses, the challenges (sorted).
 type ZoneInputs = (u64, BTreeSet<IpAddr>, Vec<(String, String)>);
@@ -314,6 +331,8 @@ pub struct ZoneCounters {
     /// Passes comparing the inputs with the last build's: at rest, one per
     /// DNS Lease renewal seen (kube mode) and none otherwise.
     pub passes: Option<prometheus::IntCounter>,
+    /// Zones swapped in, whole or by difference; none for a snapshot that
+    /// changed no name.
     pub builds: Option<prometheus::IntCounter>,
 }
 
@@ -353,6 +372,7 @@ pub async fn run(
     let mut challenge_changes = challenges.as_ref().and_then(|c| c.dns_challenge_changes());
     let poll_challenges = challenges.is_some() && challenge_changes.is_none();
     let mut last: Option<ZoneInputs> = None;
+    let mut state = ZoneState::default();
     loop {
         if let Some(c) = &counters.passes {
             c.inc();
@@ -375,7 +395,10 @@ pub async fn run(
         let (live, expiry) = addresses.at(view.as_mut(), now);
         let inputs = (snapshot.generation, live, pending);
         if last.as_ref() != Some(&inputs) {
-            match build(&settings, &snapshot, &inputs.1, &inputs.2) {
+            match state.next(&settings, &Hosts::of(&snapshot), &inputs.1, &inputs.2) {
+                // A snapshot whose hosts are the last one's (a compile
+                // that changed no host) leaves the zone as it is.
+                Ok(built) if Arc::ptr_eq(&built, &*zone.load()) => {}
                 Ok(built) => {
                     tracing::info!(
                         generation = inputs.0,
@@ -385,7 +408,7 @@ pub async fn run(
                         serial = built.serial(),
                         "DNS zone updated"
                     );
-                    zone.store(Arc::new(built));
+                    zone.store(built);
                     if let Some(c) = &counters.builds {
                         c.inc();
                     }
@@ -650,6 +673,15 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!((count(&counters.passes), count(&counters.builds)), (2, 2));
         assert_eq!(kind(&zone, "api.acme.lb.example.com"), Kind::Answer);
+        // A compile that changed no host: a pass, the same zone, no build.
+        let before = zone.load_full();
+        let mut same = snapshot(&["api.acme.lb.example.com", "web.acme.lb.example.com"]);
+        same.generation = 2;
+        snapshots.store(Arc::new(same));
+        generations.send_replace(2);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!((count(&counters.passes), count(&counters.builds)), (3, 2));
+        assert!(Arc::ptr_eq(&before, &zone.load_full()));
         let _ = stop.send(true);
     }
 
@@ -700,6 +732,179 @@ mod tests {
         assert_eq!(addresses(&zone), 0);
         assert_eq!((count(&counters.passes), count(&counters.builds)), (4, 3));
         let _ = stop.send(true);
+    }
+
+    /// Random changes of every input, each zone made by difference
+    /// checked against the whole build of the same state: every record,
+    /// empty non-terminal, wildcard and the serial.
+    #[test]
+    fn a_zone_made_by_difference_is_the_whole_build_of_the_same_state() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+        let mut exact_pool: Vec<String> = (0..24)
+            .map(|i| format!("w{}.c{}.lb.example.com", i % 8, i / 8))
+            .collect();
+        exact_pool.extend(
+            [
+                // The cluster's own name, deeper names, the apex, a name
+                // server, outside the zone, a name the zone cannot hold.
+                "c1.lb.example.com",
+                "a.w1.c0.lb.example.com",
+                "lb.example.com",
+                "ns1.lb.example.com",
+                "web.example.org",
+                "bad..c2.lb.example.com",
+                "gw1.c0.lb.example.com",
+            ]
+            .map(String::from),
+        );
+        let wildcard_pool: Vec<String> = [
+            "c0.lb.example.com",
+            "c3.lb.example.com",
+            "w1.c1.lb.example.com",
+            "lb.example.com",
+            "example.org",
+        ]
+        .map(String::from)
+        .to_vec();
+        let ips: Vec<IpAddr> = [
+            "192.0.2.1",
+            "192.0.2.2",
+            "2001:db8::1",
+            "198.51.100.7",
+            "198.51.100.8",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        // Gateways with their own address: in a cluster with routes or
+        // not, a name a route holds too, outside the zone.
+        let own_pool: Vec<(String, IpAddr)> = [
+            ("gw1.c0.lb.example.com", 3),
+            ("gw1.c0.lb.example.com", 4),
+            ("gw2.c4.lb.example.com", 3),
+            ("w2.c1.lb.example.com", 4),
+            ("gw.example.org", 3),
+        ]
+        .iter()
+        .map(|(h, i)| (h.to_string(), ips[*i]))
+        .collect();
+        let long = "x".repeat(256);
+        let challenge_pool: Vec<(String, String)> = [
+            ("_acme-challenge.w1.c0.lb.example.com", "d1"),
+            ("_acme-challenge.w1.c0.lb.example.com", "d2"),
+            ("_acme-challenge.c9.lb.example.com", "d3"),
+            ("_acme-challenge.W1.c0.lb.example.com", "d4"),
+            ("_acme-challenge.w2.c1.lb.example.com", long.as_str()),
+            ("_acme-challenge.example.org", "d5"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let mut exact = vec![false; exact_pool.len()];
+        let mut gateway = vec![false; exact_pool.len()];
+        let mut wildcard = vec![false; wildcard_pool.len()];
+        let mut own = vec![false; own_pool.len()];
+        let mut challenge = vec![false; challenge_pool.len()];
+        let mut addresses: BTreeSet<IpAddr> = [ips[0]].into();
+        let mut state = ZoneState::default();
+        let mut by_difference = 0;
+        for step in 0..3000 {
+            for _ in 0..rng.random_range(1..4) {
+                let flip = |v: &mut Vec<bool>, rng: &mut rand::rngs::StdRng| {
+                    let i = rng.random_range(0..v.len());
+                    v[i] = !v[i];
+                };
+                match rng.random_range(0..20) {
+                    0..8 => flip(&mut exact, &mut rng),
+                    8..10 => flip(&mut gateway, &mut rng),
+                    10..13 => flip(&mut wildcard, &mut rng),
+                    13..16 => flip(&mut own, &mut rng),
+                    16..19 => flip(&mut challenge, &mut rng),
+                    _ => {
+                        addresses = ips[..3]
+                            .iter()
+                            .filter(|_| rng.random_range(0..2) == 0)
+                            .copied()
+                            .collect();
+                    }
+                }
+            }
+            let mut hosts = Hosts {
+                exact: pick(&exact, &exact_pool),
+                wildcard: pick(&wildcard, &wildcard_pool),
+                own: own_pool
+                    .iter()
+                    .zip(&own)
+                    .filter(|(_, on)| **on)
+                    .map(|((h, ip), _)| (h.as_str(), *ip))
+                    .collect(),
+            };
+            // Gateways' hostnames come after the routes' hosts, the same
+            // name twice at times.
+            hosts.exact.extend(pick(&gateway, &exact_pool));
+            let mut challenges: Vec<(String, String)> = challenge_pool
+                .iter()
+                .zip(&challenge)
+                .filter(|(_, on)| **on)
+                .map(|(c, _)| c.clone())
+                .collect();
+            challenges.sort();
+            let before = state.last.as_ref().map(|(_, z)| z.clone());
+            let made = state
+                .next(&settings(), &hosts, &addresses, &challenges)
+                .unwrap();
+            let whole = build_from(&settings(), &hosts, &addresses, &challenges).unwrap();
+            assert_eq!(
+                *made, whole,
+                "step {step}: {hosts:?} {addresses:?} {challenges:?}"
+            );
+            assert_eq!(made.serial(), whole.serial());
+            if before.is_some_and(|b| {
+                state.last.as_ref().unwrap().0.addresses() == &addresses && !Arc::ptr_eq(&b, &made)
+            }) {
+                by_difference += 1;
+            }
+        }
+        assert!(by_difference > 1000, "{by_difference}");
+    }
+
+    fn pick<'p>(on: &[bool], pool: &'p [String]) -> Vec<&'p str> {
+        pool.iter()
+            .zip(on)
+            .filter(|(_, on)| **on)
+            .map(|(h, _)| h.as_str())
+            .collect()
+    }
+
+    /// A host added or removed at 2,000 names touches its name (and its
+    /// cluster's, while it has no other host) alone.
+    #[test]
+    fn a_host_changed_touches_its_names_alone() {
+        let hosts: Vec<String> = (0..2000)
+            .map(|i| format!("web-{i}.c{}.lb.example.com", i / 100))
+            .collect();
+        let addrs: BTreeSet<IpAddr> = ["192.0.2.1".parse().unwrap()].into();
+        let mut index = ZoneIndex::new(&settings(), addrs.clone());
+        let all = Hosts {
+            exact: hosts.iter().map(String::as_str).collect(),
+            ..Hosts::default()
+        };
+        assert_eq!(index.update(&all, &[]).len(), 2000 + 20);
+        let mut one_more = all.exact.clone();
+        one_more.push("new.c0.lb.example.com");
+        let touched = index.update(
+            &Hosts {
+                exact: one_more,
+                ..Hosts::default()
+            },
+            &[],
+        );
+        let touched: Vec<&str> = touched.iter().map(|n| &**n).collect();
+        assert_eq!(touched, ["c0.lb.example.com", "new.c0.lb.example.com"]);
+        let touched = index.update(&all, &[]);
+        assert_eq!(touched.len(), 2, "{touched:?}");
+        assert!(index.update(&all, &[]).is_empty());
     }
 
     #[test]
