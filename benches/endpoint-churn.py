@@ -9,6 +9,8 @@ Measures, per binary and size:
     (probing on fresh connections every 1 ms);
   - the CPU the proxy spent on that one change (no probing; process CPU over
     the second after the write, less the same window at rest);
+  - one route change (an Ingress's host renamed in its namespace's file):
+    written -> the new host served, and the compile its reload logged;
   - a burst of RATE changes/s over different namespaces for SECONDS: p99 of
     written -> served and the proxy's CPU share of one core;
   - the same stream again without probing: the proxy's CPU share alone and
@@ -64,21 +66,32 @@ def slice_doc(ns, i, port):
 def write_world(d, n, port):
     namespaces = n // PER_NS
     for k in range(namespaces):
-        ns = f"ns{k}"
-        docs = []
-        for i in range(PER_NS):
-            docs.append(
-                f"apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
-            )
-            docs.append(
-                f"apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i{i}, namespace: {ns}}}\n"
-                f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: h{i}.{ns}.bench.test\n"
-                f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
-            )
-        with open(os.path.join(d, f"{ns}-routes.yaml"), "w") as f:
-            f.write("---\n".join(docs))
+        write_routes(d, k)
         write_slices(d, k, port)
     return namespaces
+
+
+def write_routes(d, k, moved=None):
+    """Namespace k's Services and Ingresses; `moved`: Ingress i9's host
+    instead of h9 (a route change)."""
+    ns = f"ns{k}"
+    docs = []
+    for i in range(PER_NS):
+        host = moved if (moved and i == 9) else f"h{i}.{ns}.bench.test"
+        docs.append(
+            f"apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+        )
+        docs.append(
+            f"apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i{i}, namespace: {ns}}}\n"
+            f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n"
+            f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
+        )
+    stage = d + ".stage"
+    os.makedirs(stage, exist_ok=True)
+    tmp = os.path.join(stage, f"{ns}-routes.yaml")
+    with open(tmp, "w") as f:
+        f.write("---\n".join(docs))
+    os.rename(tmp, os.path.join(d, f"{ns}-routes.yaml"))
 
 
 def write_slices(d, k, port, stage=None):
@@ -142,6 +155,8 @@ def metric(admin, name):
 
 
 def wait_served(http, host, want, deadline):
+    """Until `host` is answered with a body ending in `want` (one suffix or
+    a tuple of them)."""
     while time.monotonic() < deadline:
         if get(http, host).endswith(want):
             return True
@@ -196,6 +211,31 @@ def run_one(binary, n, ports, rate, seconds):
             time.sleep(0.5 + n / 50000)
         out["one_change_cpu_ms"] = sorted(round(x * 1e3, 1) for x in samples_cpu)
         out["one_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in samples_served)
+        # One route change: an Ingress's host renamed in its namespace's
+        # file, until the new host is served; and the compile its reload
+        # logged.
+        route_served, route_compile = [], []
+        for r in range(5):
+            k = (r * 13 + 5) % namespaces
+            host = f"moved{r}.ns{k}.bench.test"
+            log.flush()
+            logged_before = os.path.getsize(os.path.join(d, "log"))
+            t = time.monotonic()
+            write_routes(manifests, k, moved=host)
+            assert wait_served(http, host, (b"a", b"b"), t + 120)
+            route_served.append(time.monotonic() - t)
+            time.sleep(0.5 + n / 50000)
+            log.flush()
+            with open(os.path.join(d, "log"), errors="replace") as f:
+                f.seek(logged_before)
+                route_compile += [
+                    float(m.group(1))
+                    for m in re.finditer(r"compile_ms=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", f.read()))
+                ]
+            write_routes(manifests, k)
+            time.sleep(0.5 + n / 20000)
+        out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in route_served)
+        out["route_change_compile_ms"] = sorted(round(x, 1) for x in route_compile)
         # A steady stream over different namespaces.
         if rate:
             lat, lock = [], threading.Lock()

@@ -65,6 +65,8 @@ EOF
 }
 declare -A pid_of port_of
 worker_of() { local p; p=$(pgrep -P "$1" | head -1); echo "${p:-$1}"; }
+# utime and stime (clock ticks) of a process, all its threads.
+proc_ticks() { awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"; }
 case "$backend_kind" in
     file) serve='root '"$work"'; location / { try_files /body.txt =404; }' ;;
     inline) serve='location / { default_type text/plain; return 200 "'"$(cat "$work/body.txt")"'"; }' ;;
@@ -172,13 +174,22 @@ for r in $(seq "$rounds"); do
             "http://127.0.0.1:${port_of[$t]}/body.txt" >"$work/wrk.out" &
         load=$!
         sleep 1
+        # User and system ticks of the whole process around the window, so
+        # a difference in CPU per request can be told user space or kernel.
+        ticks_before=$(proc_ticks "${pid_of[$t]}")
         ms=$(perf stat -x, -e task-clock -p "${pid_of[$t]}" -- sleep "$measure_for" 2>&1 | awk -F, '/task-clock/ { print $1 }')
+        ticks_after=$(proc_ticks "${pid_of[$t]}")
         wait "$load"
         rps=$(awk '/Requests\/sec/ { print $2 }' "$work/wrk.out")
         errors=$(awk '/Non-2xx|Socket errors/ { print }' "$work/wrk.out" | tr '\n' ' ')
-        echo "$r $t $rps $ms $measure_for" >>"$results"
-        printf 'round %s %-12s %9.0f req/s  %6.2f us CPU/request %s\n' "$r" "$t" "$rps" \
-            "$(python3 -c "print($ms * 1000 / ($rps * $measure_for))")" "$errors"
+        read -r user_before sys_before <<<"$ticks_before"
+        read -r user_after sys_after <<<"$ticks_after"
+        user=$((user_after - user_before))
+        sys=$((sys_after - sys_before))
+        echo "$r $t $rps $ms $measure_for $user $sys" >>"$results"
+        printf 'round %s %-12s %9.0f req/s  %6.2f us CPU/request (user %s%%) %s\n' "$r" "$t" "$rps" \
+            "$(python3 -c "print($ms * 1000 / ($rps * $measure_for))")" \
+            "$(python3 -c "print(round(100 * $user / max(1, $user + $sys)))")" "$errors"
     done
 done
 python3 - "$results" "${JSON:-}" "$conns" "$body" "$pin" "$backend_kind" <<'PY'
@@ -186,18 +197,24 @@ import json, statistics, sys
 path, out, conns, body, pin, backend = sys.argv[1:7]
 rows = [l.split() for l in open(path)]
 by = {}
-for r, t, rps, ms, secs in rows:
-    by.setdefault(t, []).append({"round": int(r), "req_s": float(rps),
-                                 "us_cpu_per_request": float(ms) * 1000 / (float(rps) * float(secs))})
-med = {t: (statistics.median(x["req_s"] for x in v), statistics.median(x["us_cpu_per_request"] for x in v))
+for r, t, rps, ms, secs, user, sys_ in rows:
+    cpu = float(ms) * 1000 / (float(rps) * float(secs))
+    share = int(user) / max(1, int(user) + int(sys_))
+    by.setdefault(t, []).append({"round": int(r), "req_s": float(rps), "us_cpu_per_request": cpu,
+                                 "us_user_per_request": cpu * share, "us_system_per_request": cpu * (1 - share)})
+med = {t: (statistics.median(x["req_s"] for x in v), statistics.median(x["us_cpu_per_request"] for x in v),
+           statistics.median(x["us_user_per_request"] for x in v))
        for t, v in by.items()}
-h_rps, h_cpu = med["haproxy"]
-n_rps, n_cpu = med["nginx"]
-print(f"\n{'median':<13}{'req/s':>9}{'us CPU/req':>12}{'req/s vs HAProxy':>18}{'vs nginx':>10}{'CPU vs HAProxy':>16}")
-for t, (rps, cpu) in med.items():
-    print(f"{t:<13}{rps:>9.0f}{cpu:>12.2f}{rps / h_rps:>18.2f}{rps / n_rps:>10.2f}{cpu / h_cpu:>16.2f}")
+h_rps, h_cpu, _ = med["haproxy"]
+n_rps, n_cpu, _ = med["nginx"]
+print(f"\n{'median':<13}{'req/s':>9}{'us CPU/req':>12}{'of it user':>12}{'req/s vs HAProxy':>18}{'vs nginx':>10}"
+      f"{'CPU vs HAProxy':>16}{'CPU vs nginx':>14}")
+for t, (rps, cpu, user) in med.items():
+    print(f"{t:<13}{rps:>9.0f}{cpu:>12.2f}{user:>12.2f}{rps / h_rps:>18.2f}{rps / n_rps:>10.2f}"
+          f"{cpu / h_cpu:>16.2f}{cpu / n_cpu:>14.2f}")
 if out:
     json.dump({"connections": int(conns), "body_bytes": int(body), "pinned": pin == "1", "backend": backend,
-               "rounds": by, "medians": {t: {"req_s": m[0], "us_cpu_per_request": m[1]} for t, m in med.items()}},
+               "rounds": by, "medians": {t: {"req_s": m[0], "us_cpu_per_request": m[1], "us_user_per_request": m[2]}
+                           for t, m in med.items()}},
               open(out, "w"), indent=1)
 PY
