@@ -1123,4 +1123,48 @@ mod tests {
             .is_err()
         );
     }
+
+    /// The store keeps the last-applied annotation's key alone
+    /// (`validate::parse_object`): a tenant's object carrying it is
+    /// refused as before, by the key; one without is served.
+    #[test]
+    fn a_tenant_object_with_the_last_applied_annotation_stays_refused() {
+        let ingress = |name: &str, annotation: &str| {
+            format!(
+                "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: tenant-acme\n{annotation}\
+                 spec:\n  ingressClassName: teapot\n  rules: [{{host: {name}.acme.example.org}}]\n"
+            )
+        };
+        let text = format!(
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: acme}}\nspec: {{cluster: acme, allowedDomains: [acme.example.org]}}\n{}{}",
+            ingress(
+                "applied",
+                "  annotations: {kubectl.kubernetes.io/last-applied-configuration: '{}'}\n  managedFields: [{manager: kubectl}]\n"
+            ),
+            ingress("plain", "  managedFields: [{manager: kubectl}]\n"),
+        );
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            &text,
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+        let p = &loaded.problems[0];
+        assert_eq!(p.object.as_deref(), Some("Ingress tenant-acme/applied"));
+        assert!(
+            p.message
+                .contains("kubectl.kubernetes.io/last-applied-configuration"),
+            "{p:?}"
+        );
+        assert!(
+            loaded
+                .store
+                .ingresses
+                .contains_key(&NsName::new("tenant-acme", "plain"))
+        );
+    }
 }

@@ -20,9 +20,10 @@ pub use crate::field::FieldError;
 /// so each object is converted once into its typed form.
 pub fn parse_object(
     kind: Kind,
-    value: serde_json::Value,
+    mut value: serde_json::Value,
     namespace: &str,
 ) -> Result<Object, FieldError> {
+    strip_bookkeeping(&mut value);
     Ok(match kind {
         Kind::Ingress => {
             let ingress: Ingress = typed(value)?;
@@ -119,6 +120,35 @@ pub fn parse_object(
         }
         Kind::Namespace => Object::Namespace(typed(value)?),
     })
+}
+
+/// The annotation kubectl repeats a whole applied object in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the API server and kubectl add to an object for their own
+/// bookkeeping, before it is typed: `metadata.managedFields` (often larger
+/// than the object itself, and grown by every writer, the fleet's own
+/// status writes too) and the value of the last-applied annotation (a
+/// second copy of the object). No reader of the store needs either, and
+/// they were most of a stored object's bytes in a real cluster. The
+/// annotation's key stays, with an empty value: the tenant check refuses
+/// an object by the key alone, and still does.
+fn strip_bookkeeping(value: &mut serde_json::Value) {
+    let Some(meta) = value
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return;
+    };
+    meta.remove("managedFields");
+    if let Some(applied) = meta
+        .get_mut("annotations")
+        .and_then(serde_json::Value::as_object_mut)
+        .and_then(|a| a.get_mut(LAST_APPLIED_ANNOTATION))
+        .filter(|v| v.is_string())
+    {
+        *applied = serde_json::Value::String(String::new());
+    }
 }
 
 /// A document as read: an object served as written, or a refused one

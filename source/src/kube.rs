@@ -694,8 +694,16 @@ impl SourceState {
 
     /// Validates one object into the store, or records why not (keeping
     /// the last good version). Returns its key.
-    fn apply(&mut self, kind: Kind, resource: &ApiResource, object: DynamicObject) -> ObjectKey {
+    fn apply(
+        &mut self,
+        kind: Kind,
+        resource: &ApiResource,
+        mut object: DynamicObject,
+    ) -> ObjectKey {
         let key = key_of(kind, &object);
+        // Never stored (validate::parse_object drops it too): not worth
+        // the copy into the loader's value either.
+        object.metadata.managed_fields = None;
         let origin = origin_of(resource, &key);
         let parsed = to_value(resource, &object)
             .and_then(|value| validate::parse_document(kind, value, &key.namespace));

@@ -36,7 +36,8 @@ impl EndpointCells {
         let entries = self
             .by_service
             .entry((namespace.to_string(), name.to_string()))
-            .or_default();
+            // Most Services have one port: a first push would reserve four.
+            .or_insert_with(|| Vec::with_capacity(1));
         if entries.iter().any(|e| Arc::ptr_eq(&e.cell, &u.endpoints)) {
             return;
         }

@@ -56,6 +56,8 @@ pub mod auth_cache;
 pub mod backends;
 pub mod bandwidth;
 pub mod basic_auth;
+#[cfg(test)]
+mod bookkeeping_tests;
 pub(crate) mod bind;
 pub mod buffering;
 pub mod certs;
