@@ -585,13 +585,19 @@ pub async fn run(
             })?;
             let quic = crate::plane::h3::server_config(sni.clone(), &config.edge, &config.quic)?;
             tracing::info!(%addr, "http3 listener (udp)");
+            let handshakes = crate::plane::h3::handshake_counter()?;
+            metrics.registry().register(Box::new(handshakes.clone()))?;
+            let options = crate::plane::h3::QuicOptions {
+                handshakes: Some(handshakes),
+                ..config.quic.clone()
+            };
             Some(crate::plane::h3::Http3::start(
                 socket,
                 quic,
                 router.clone(),
                 first.slots(),
                 stop_rx.clone(),
-                &config.quic,
+                &options,
             )?)
         }
         (true, _, _) => {

@@ -93,6 +93,9 @@ pub struct QuicOptions {
     /// The fleet's reset and token keys (`--quic-key-file`); `None`:
     /// this process's own.
     pub keys: Option<QuicKeys>,
+    /// `teapot_http3_handshakes_total{result}` ([`handshake_counter`]);
+    /// `None`: not counted.
+    pub handshakes: Option<prometheus::IntCounterVec>,
 }
 
 impl Default for QuicOptions {
@@ -100,8 +103,25 @@ impl Default for QuicOptions {
         QuicOptions {
             retry_above: DEFAULT_RETRY_ABOVE,
             keys: None,
+            handshakes: None,
         }
     }
+}
+
+/// What became of each QUIC connection attempt, by `result`: `retry` (a
+/// stateless Retry asked the client to prove its address first: the
+/// handshake-flood defence at work), `refused` (no connection slot, or
+/// its address over its pace), `failed` and `timeout` (the handshake),
+/// `accepted` (HTTP/3 served on it). A rising `retry` with few `accepted`
+/// is a flood; `refused` is the connection caps.
+pub fn handshake_counter() -> Result<prometheus::IntCounterVec, prometheus::Error> {
+    prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "http3_handshakes_total",
+            "QUIC connection attempts on the HTTP/3 endpoint, by what became of them",
+        ),
+        &["result"],
+    )
 }
 
 /// The rustls and QUIC settings of the HTTP/3 endpoint (docs/reference.md,
@@ -189,6 +209,7 @@ impl Http3 {
             .as_ref()
             .map_or_else(quinn::EndpointConfig::default, QuicKeys::endpoint_config);
         let retry_above = options.retry_above;
+        let handshakes = options.handshakes.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("teapot-h3".into())
@@ -218,7 +239,9 @@ impl Http3 {
                         }
                     };
                     let _ = tx.send(Ok(endpoint.clone()));
-                    let app = Rc::new(App::new(router, slots, local, retry_above));
+                    let mut app = App::new(router, slots, local, retry_above);
+                    app.handshakes = handshakes;
+                    let app = Rc::new(app);
                     accept(&endpoint, app, stop).await;
                     endpoint.wait_idle().await;
                 });
@@ -267,6 +290,7 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
                         if let Err(e) = incoming.retry() {
                             e.into_incoming().ignore();
                         }
+                        app.count("retry");
                         continue;
                     }
                     // The TCP listeners' caps and pace per client
@@ -274,6 +298,7 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
                     let client = incoming.remote_address().ip().to_canonical();
                     let Some(slot) = app.slots.admit(Some(client)) else {
                         incoming.refuse();
+                        app.count("refused");
                         continue;
                     };
                     let handshake = Handshaking::start(&app.handshaking);
@@ -330,6 +355,7 @@ struct App {
     /// Handshakes in flight on this endpoint.
     handshaking: Rc<Cell<usize>>,
     retry_above: usize,
+    handshakes: Option<prometheus::IntCounterVec>,
 }
 
 impl App {
@@ -342,6 +368,14 @@ impl App {
             alpn: Arc::from("h3"),
             handshaking: Rc::new(Cell::new(0)),
             retry_above,
+            handshakes: None,
+        }
+    }
+
+    /// One connection attempt's end in `teapot_http3_handshakes_total`.
+    fn count(&self, result: &str) {
+        if let Some(c) = &self.handshakes {
+            c.with_label_values(&[result]).inc();
         }
     }
 
@@ -370,15 +404,18 @@ impl App {
                 Ok(Ok(conn)) => conn,
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "QUIC handshake failed");
+                    self.count("failed");
                     return;
                 }
                 Err(_) => {
                     tracing::debug!("QUIC handshake timed out");
+                    self.count("timeout");
                     return;
                 }
             },
             Err(e) => {
                 tracing::debug!(error = %e, "QUIC connection refused");
+                self.count("failed");
                 return;
             }
         };
@@ -408,9 +445,11 @@ impl App {
             Ok(Ok(h3)) => h3,
             _ => {
                 conn.close(quinn::VarInt::from_u32(H3_GENERAL_PROTOCOL_ERROR), b"");
+                self.count("failed");
                 return;
             }
         };
+        self.count("accepted");
         drop(handshaking);
         let mut streams = FuturesUnordered::new();
         let mut draining = *stop.borrow();

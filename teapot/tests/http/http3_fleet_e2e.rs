@@ -74,6 +74,10 @@ async fn a_handshake_flood_gets_retries_and_leaves_the_slots_to_real_clients() {
     .await;
     assert!(flood["handshake"].as_u64().unwrap() <= 4, "{flood}");
     assert!(flood["retry"].as_u64().unwrap() >= 60, "{flood}");
+    // The defence shows on the replica's metrics, as the operator sees it.
+    let metrics = h.metrics().await;
+    let retries = common::metric(&metrics, "teapot_http3_handshakes_total{result=\"retry\"}");
+    assert!(retries.is_some_and(|n| n >= 60.0), "{metrics}");
     // The real client follows its Retry and is served while the four
     // half-open handshakes still hold their slots.
     let out = run_client(
