@@ -49,26 +49,14 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
         // SAFETY: see the impl.
-        unsafe {
-            if layout.align() <= WORD {
-                mi_malloc(layout.size()).cast()
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { new_block(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
         use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
         // SAFETY: see the impl.
-        unsafe {
-            if layout.align() <= WORD {
-                mi_zalloc(layout.size()).cast()
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { new_block(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -87,6 +75,31 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
             } else {
                 mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
             }
+        }
+    }
+}
+
+/// A block for `layout` from `word` (a word's alignment, which every
+/// mimalloc block has) when the layout asks no more, else from `aligned`.
+///
+/// # Safety
+/// `word` and `aligned` are mimalloc's allocation calls of one kind
+/// (`mi_malloc` and `mi_malloc_aligned`, or `mi_zalloc` and
+/// `mi_zalloc_aligned`).
+#[allow(unsafe_code)]
+#[inline(always)]
+unsafe fn new_block(
+    layout: std::alloc::Layout,
+    word: unsafe extern "C" fn(usize) -> *mut std::ffi::c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut std::ffi::c_void,
+) -> *mut u8 {
+    // SAFETY: the caller passes mimalloc's calls; any size is theirs to
+    // take, and a power-of-two alignment (a `Layout`'s) the aligned one's.
+    unsafe {
+        if layout.align() <= WORD {
+            word(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
         }
     }
 }
