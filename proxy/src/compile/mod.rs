@@ -56,9 +56,9 @@ pub mod auth_cache;
 pub mod backends;
 pub mod bandwidth;
 pub mod basic_auth;
+pub(crate) mod bind;
 #[cfg(test)]
 mod bookkeeping_tests;
-pub(crate) mod bind;
 pub mod buffering;
 pub mod certs;
 pub mod client_auth;
