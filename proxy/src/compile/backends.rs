@@ -449,12 +449,7 @@ impl Serialize for BackendView<'_> {
         // '/' or ':'.
         let (namespace, rest) = u.name.split_once('/').unwrap_or(("", &u.name));
         let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
-        let endpoints: Vec<String> = u
-            .endpoints
-            .load()
-            .iter()
-            .map(|e| e.addr.to_string())
-            .collect();
+        let endpoints = u.endpoints.addresses();
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("namespace", namespace)?;
         map.serialize_entry("service", service)?;

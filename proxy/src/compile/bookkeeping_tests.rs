@@ -117,12 +117,7 @@ fn described(snapshot: &Snapshot) -> (Vec<String>, String) {
         .map(|host| {
             let route = snapshot.routes.lookup(host, "/").expect("routed");
             let u = &route.upstream;
-            let endpoints: Vec<String> = u
-                .endpoints
-                .load()
-                .iter()
-                .map(|e| e.addr.to_string())
-                .collect();
+            let endpoints = u.endpoints.addresses();
             // The variant alone: a TLS upstream's class is numbered per
             // compile.
             let protocol = format!("{:?}", u.protocol);

@@ -299,12 +299,7 @@ mod tests {
             .map(|host| {
                 let route = snapshot.routes.lookup(host, "/").expect("routed");
                 let u = &route.upstream;
-                let endpoints: Vec<String> = u
-                    .endpoints
-                    .load()
-                    .iter()
-                    .map(|e| e.addr.to_string())
-                    .collect();
+                let endpoints = u.endpoints.addresses();
                 format!("{host} {} h2={} {endpoints:?}", u.name, u.protocol.is_h2())
             })
             .collect()

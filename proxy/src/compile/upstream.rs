@@ -118,6 +118,12 @@ impl EndpointCell {
         self.set.store(Arc::new(EndpointSet::new(endpoints)));
     }
 
+    /// The current endpoints' addresses, as text: what the status report
+    /// lists and tests compare.
+    pub fn addresses(&self) -> Vec<String> {
+        self.set.load().iter().map(|e| e.addr.to_string()).collect()
+    }
+
     /// Whether the current set holds exactly these endpoints, in order.
     pub fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
         let set = self.set.load();
