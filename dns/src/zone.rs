@@ -231,12 +231,7 @@ impl ZoneBuilder {
     /// A TXT record for `name` (one character-string of at most 255
     /// bytes, as an ACME DNS-01 digest is).
     pub fn txt(&mut self, name: &str, value: &str) -> Result<(), Error> {
-        if value.len() > 255 {
-            return Err(Error::Zone(format!(
-                "TXT record of {name}: {} bytes, at most 255",
-                value.len()
-            )));
-        }
+        check_txt(name, value)?;
         let name = self.inside(name)?;
         self.names
             .entry(name)
@@ -253,14 +248,7 @@ impl ZoneBuilder {
     }
 
     fn inside(&self, name: &str) -> Result<Name, Error> {
-        let parsed = parse_name(name)?;
-        if !self.origin.zone_of(&parsed) {
-            return Err(Error::Zone(format!(
-                "{name} is not in the zone {}",
-                self.settings.origin
-            )));
-        }
-        Ok(parsed.to_lowercase())
+        Ok(inside(&self.origin, name, || self.settings.origin.clone())?.to_lowercase())
     }
 
     /// The zone of a server whose owner has not built one yet (a replica
@@ -292,6 +280,7 @@ impl ZoneBuilder {
             hash.write(issuer.as_bytes());
         }
         let settings_hash = hash.0;
+        let origin_wire = wire(&self.origin);
         let mut content_hash = 0u64;
         let mut nodes = Names::default();
         let mut parents: Names<u32> = Names::default();
@@ -307,16 +296,8 @@ impl ZoneBuilder {
             }
             node.txt.extend(records.txt.iter().cloned());
             content_hash = content_hash.wrapping_add(name_hash(&key, &node));
-            let mut parent = name.base_name();
-            while self.origin.zone_of(&parent) && parent != self.origin {
-                let parent_key = wire(&parent);
-                match parents.get_mut(&parent_key) {
-                    Some(below) => *below += 1,
-                    None => {
-                        parents.insert(&parent_key, 1);
-                    }
-                }
-                parent = parent.base_name();
+            for parent in parents_of(&key, &origin_wire) {
+                count_below(&mut parents, parent);
             }
             if name.is_wildcard() {
                 wildcards.insert(&wire(&name.base_name()), node.clone());
@@ -348,7 +329,6 @@ impl ZoneBuilder {
                 ]
             })
             .collect();
-        let origin_wire = wire(&self.origin);
         let soa_names = [&soa.mname, &soa.rname].map(|name| {
             let name = wire(name);
             match name.len().checked_sub(origin_wire.len()) {
@@ -453,21 +433,10 @@ impl ZoneEdit {
     ) -> Result<(), Error> {
         let mut node = Node::default();
         for value in txt {
-            if value.len() > 255 {
-                return Err(Error::Zone(format!(
-                    "TXT record of {name}: {} bytes, at most 255",
-                    value.len()
-                )));
-            }
+            check_txt(name, value)?;
             node.txt.push(value.to_string());
         }
-        let parsed = parse_name(name)?;
-        if !self.zone.origin_name.zone_of(&parsed) {
-            return Err(Error::Zone(format!(
-                "{name} is not in the zone {}",
-                self.zone.origin()
-            )));
-        }
+        let parsed = inside(&self.zone.origin_name, name, || self.zone.origin())?;
         for addr in addresses {
             match addr {
                 IpAddr::V4(a) => node.a.push(a),
@@ -511,7 +480,7 @@ impl ZoneEdit {
             if let Some(base) = wildcard {
                 zone.wildcards.remove(base);
             }
-            for parent in parents(key, &zone.origin_wire) {
+            for parent in parents_of(key, &zone.origin_wire) {
                 match zone.parents.get_mut(parent) {
                     Some(below) if *below > 1 => *below -= 1,
                     _ => {
@@ -526,13 +495,8 @@ impl ZoneEdit {
             zone.wildcards.insert(base, node.clone());
         }
         if zone.nodes.insert(key, node).is_none() {
-            for parent in parents(key, &zone.origin_wire) {
-                match zone.parents.get_mut(parent) {
-                    Some(below) => *below += 1,
-                    None => {
-                        zone.parents.insert(parent, 1);
-                    }
-                }
+            for parent in parents_of(key, &zone.origin_wire) {
+                count_below(&mut zone.parents, parent);
             }
         }
     }
@@ -545,9 +509,44 @@ impl ZoneEdit {
     }
 }
 
+/// `name`, parsed, when it is in the zone of `origin` (written as
+/// `origin_text` gives it in the error that names both otherwise).
+fn inside(origin: &Name, name: &str, origin_text: impl FnOnce() -> String) -> Result<Name, Error> {
+    let parsed = parse_name(name)?;
+    if !origin.zone_of(&parsed) {
+        return Err(Error::Zone(format!(
+            "{name} is not in the zone {}",
+            origin_text()
+        )));
+    }
+    Ok(parsed)
+}
+
+/// A TXT value `name` can hold: one character-string, at most 255 bytes
+/// (an ACME DNS-01 digest is 43). The error names the name and the size.
+pub fn check_txt(name: &str, value: &str) -> Result<(), Error> {
+    if value.len() > 255 {
+        return Err(Error::Zone(format!(
+            "TXT record of {name}: {} bytes, at most 255",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One more name with records below `parent`.
+fn count_below(parents: &mut Names<u32>, parent: &[u8]) {
+    match parents.get_mut(parent) {
+        Some(below) => *below += 1,
+        None => {
+            parents.insert(parent, 1);
+        }
+    }
+}
+
 /// The names between `key` and `origin` (both excluded), in wire format;
 /// `key` is in the zone.
-fn parents<'k>(key: &'k [u8], origin: &[u8]) -> impl Iterator<Item = &'k [u8]> {
+fn parents_of<'k>(key: &'k [u8], origin: &[u8]) -> impl Iterator<Item = &'k [u8]> {
     let mut at = key;
     std::iter::from_fn(move || {
         let up = at.get(1 + usize::from(*at.first()?)..)?;

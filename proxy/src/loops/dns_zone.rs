@@ -225,22 +225,18 @@ pub fn build_from(
     let exact = hosts.exact.iter().map(|h| Cow::Borrowed(*h));
     // The cluster's own name keeps the fleet's addresses.
     for (host, _) in &hosts.own {
-        if let Some(below) = host.strip_suffix(suffix.as_str())
-            && let Some((_, cluster)) = below.rsplit_once('.')
-        {
-            let start = host.len() - suffix.len() - cluster.len();
-            names.insert(Cow::Owned(host[start..].to_string()));
+        if let Some(cluster) = index::cluster(host, &suffix) {
+            names.insert(Cow::Borrowed(cluster));
         }
     }
     for host in exact.chain(wildcards) {
-        let Some(below) = host.strip_suffix(suffix.as_str()) else {
+        if !host.ends_with(suffix.as_str()) {
             continue;
-        };
+        }
         // INGRESS.CLUSTER: the cluster's own name too (the wildcard
         // certificate's second name).
-        if let Some((_, cluster)) = below.rsplit_once('.') {
-            let start = host.len() - suffix.len() - cluster.len();
-            names.insert(Cow::Owned(host[start..].to_string()));
+        if let Some(cluster) = index::cluster(&host, &suffix) {
+            names.insert(Cow::Owned(cluster.to_string()));
         }
         names.insert(host);
     }
@@ -665,20 +661,20 @@ mod tests {
         assert_eq!((count(&counters.passes), count(&counters.builds)), (1, 1));
         use teapot_dns::answer::Kind;
         assert_eq!(kind(&zone, "web.acme.lb.example.com"), Kind::Answer);
+        let swap_in = |hosts: &[&str], generation| {
+            let mut next = snapshot(hosts);
+            next.generation = generation;
+            snapshots.store(Arc::new(next));
+            generations.send_replace(generation);
+        };
         // A snapshot swapped in wakes it at once.
-        let mut next = snapshot(&["web.acme.lb.example.com", "api.acme.lb.example.com"]);
-        next.generation = 1;
-        snapshots.store(Arc::new(next));
-        generations.send_replace(1);
+        swap_in(&["web.acme.lb.example.com", "api.acme.lb.example.com"], 1);
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!((count(&counters.passes), count(&counters.builds)), (2, 2));
         assert_eq!(kind(&zone, "api.acme.lb.example.com"), Kind::Answer);
         // A compile that changed no host: a pass, the same zone, no build.
         let before = zone.load_full();
-        let mut same = snapshot(&["api.acme.lb.example.com", "web.acme.lb.example.com"]);
-        same.generation = 2;
-        snapshots.store(Arc::new(same));
-        generations.send_replace(2);
+        swap_in(&["api.acme.lb.example.com", "web.acme.lb.example.com"], 2);
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!((count(&counters.passes), count(&counters.builds)), (3, 2));
         assert!(Arc::ptr_eq(&before, &zone.load_full()));

@@ -112,7 +112,7 @@ impl ZoneIndex {
         if let Ok(zone) = teapot_dns::ZoneBuilder::new(settings.clone()) {
             for ns in &settings.nameservers {
                 if zone.contains(ns) {
-                    index.fleet_ref(ns, &mut BTreeSet::new());
+                    index.fleet_count(ns, true, &mut BTreeSet::new());
                 }
             }
         }
@@ -166,11 +166,7 @@ impl ZoneIndex {
             for (hosts, add) in [(gone, false), (new, true)] {
                 for host in hosts {
                     if let Some(cluster) = cluster(&host, &self.suffix) {
-                        if add {
-                            self.fleet_ref(cluster, &mut touched);
-                        } else {
-                            self.fleet_unref(cluster, &mut touched);
-                        }
+                        self.fleet_count(cluster, add, &mut touched);
                     }
                     touched.insert(host);
                 }
@@ -199,23 +195,17 @@ impl ZoneIndex {
             return;
         }
         for name in cluster(host, &self.suffix).into_iter().chain([host]) {
-            if add {
-                self.fleet_ref(name, touched);
-            } else {
-                self.fleet_unref(name, touched);
-            }
+            self.fleet_count(name, add, touched);
         }
     }
 
-    fn fleet_ref(&mut self, name: &str, touched: &mut BTreeSet<Box<str>>) {
+    /// One host (or name server) more (`add`) or less making `name` a
+    /// name answered with the fleet's addresses.
+    fn fleet_count(&mut self, name: &str, add: bool, touched: &mut BTreeSet<Box<str>>) {
         let name: Box<str> = name.to_ascii_lowercase().into();
-        *self.fleet.entry(name.clone()).or_default() += 1;
-        touched.insert(name);
-    }
-
-    fn fleet_unref(&mut self, name: &str, touched: &mut BTreeSet<Box<str>>) {
-        let name: Box<str> = name.to_ascii_lowercase().into();
-        if let Some(n) = self.fleet.get_mut(&name) {
+        if add {
+            *self.fleet.entry(name.clone()).or_default() += 1;
+        } else if let Some(n) = self.fleet.get_mut(&name) {
             *n -= 1;
             if *n == 0 {
                 self.fleet.remove(&name);
@@ -240,11 +230,13 @@ impl ZoneIndex {
                     .map(|(_, ip)| *ip)
                     .collect()
             };
+            // A value the zone refuses is left out alone, as a whole
+            // build leaves it out: the name's other values stay.
             let txt = self.txt.get(name).into_iter().flatten().filter(|value| {
-                if value.len() <= 255 {
+                let Err(e) = teapot_dns::zone::check_txt(name, value) else {
                     return true;
-                }
-                let error = format!("TXT record of {name}: {} bytes, at most 255", value.len());
+                };
+                let error = e.to_string();
                 tracing::warn!(name = %LogText(name), error = %LogText(&error), "ACME challenge left out of the DNS zone");
                 false
             });
@@ -267,7 +259,7 @@ impl ZoneIndex {
 
 /// `CLUSTER.lb.DOMAIN` for `INGRESS.CLUSTER.lb.DOMAIN` (and deeper), where
 /// `suffix` is `.lb.DOMAIN`.
-fn cluster<'h>(host: &'h str, suffix: &str) -> Option<&'h str> {
+pub(super) fn cluster<'h>(host: &'h str, suffix: &str) -> Option<&'h str> {
     let below = host.strip_suffix(suffix)?;
     let (_, cluster) = below.rsplit_once('.')?;
     Some(&host[host.len() - suffix.len() - cluster.len()..])
