@@ -649,8 +649,8 @@ impl Shared {
 
 impl SourceState {
     /// Whether `object` is the stored Ingress with `key` but for its
-    /// status and the API server's bookkeeping (`resourceVersion`,
-    /// `managedFields`), none of which a compile reads.
+    /// status and `resourceVersion`, neither of which a compile reads
+    /// (`managedFields` never reaches the store: `validate::parse_object`).
     fn bookkeeping_only(&self, key: &ObjectKey, object: &Object) -> bool {
         let Object::Ingress(new) = object else {
             return false;
@@ -663,7 +663,6 @@ impl SourceState {
             let mut i = i.clone();
             i.status = None;
             i.metadata.resource_version = None;
-            i.metadata.managed_fields = None;
             i
         };
         bare(&old.object) == bare(new)
