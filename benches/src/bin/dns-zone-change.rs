@@ -154,14 +154,9 @@ fn snapshot(n: usize, extra: bool) -> Snapshot {
     }
 }
 
+/// Resident set size of this process, MiB (0 where it cannot be read).
 fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_string();
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
+    teapot_benches::peers::rss_kib(std::process::id()).map_or(0.0, |kib| kib as f64 / 1024.0)
 }
 
 /// This thread's time on a CPU, in ns: on a loaded machine the wall time

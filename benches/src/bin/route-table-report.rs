@@ -545,10 +545,8 @@ fn print_report(report: &Report) {
 
 /// Resident set size of this process, MiB (Linux only).
 fn rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    let kib = teapot_benches::peers::rss_kib(std::process::id()).ok()?;
+    Some(kib as f64 / 1024.0)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -66,23 +66,13 @@ fn main() -> anyhow::Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let mut last = rss_mib();
-    let mut step = |name: &str, started: Instant| {
-        let now = rss_mib();
-        println!(
-            "{name:<32} {:>8.1} MiB ({:+.1}), {:.0} ms",
-            now,
-            now - last,
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        last = now;
-    };
-    step("start", Instant::now());
+    let mut steps = Steps::start();
+    steps.step("start", Instant::now());
 
     let started = Instant::now();
     let mut files = FileCache::default();
     let mut loaded = load_dir_cached(&dir, &Default::default(), &mut files);
-    step("read and parsed (store, files)", started);
+    steps.step("read and parsed (store, files)", started);
     if let Some(p) = loaded.problems.first() {
         eprintln!("first problem: {p}");
     }
@@ -97,7 +87,7 @@ fn main() -> anyhow::Result<()> {
         &mut verdicts,
     );
     files.settle(&loaded.problems);
-    step("tenant check", started);
+    steps.step("tenant check", started);
 
     let problems = loaded.problems.len();
     let started = Instant::now();
@@ -114,7 +104,7 @@ fn main() -> anyhow::Result<()> {
         &registry,
         &mut parts,
     );
-    step("first compile (snapshot, parts)", started);
+    steps.step("first compile (snapshot, parts)", started);
     println!(
         "objects {}, problems {}, routes {}, hosts {}",
         loaded.store.len(),
@@ -131,26 +121,14 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn synthetic(ingresses: usize) -> anyhow::Result<()> {
-    let before = rss_mib();
+    let mut steps = Steps::start();
     let started = Instant::now();
     let store = teapot_benches::synthetic_store(ingresses);
-    let built = rss_mib();
-    println!(
-        "synthetic store                  {:>8.1} MiB ({:+.1}), {:.0} ms",
-        built,
-        built - before,
-        started.elapsed().as_secs_f64() * 1e3
-    );
+    steps.step("synthetic store", started);
     let started = Instant::now();
     let registry = EndpointRegistry::default();
     let snapshot = teapot_benches::compile_store(&store, &registry, 1);
-    let compiled = rss_mib();
-    println!(
-        "first compile (snapshot)         {:>8.1} MiB ({:+.1}), {:.0} ms",
-        compiled,
-        compiled - built,
-        started.elapsed().as_secs_f64() * 1e3
-    );
+    steps.step("first compile (snapshot)", started);
     println!(
         "objects {}, routes {}, hosts {}",
         store.len(),
@@ -241,12 +219,29 @@ fn slice_managed_fields() -> String {
         .to_string()
 }
 
+/// One line per step: the RSS after it, its growth over the step before,
+/// and the step's time.
+struct Steps {
+    last: f64,
+}
+
+impl Steps {
+    fn start() -> Steps {
+        Steps { last: rss_mib() }
+    }
+
+    fn step(&mut self, name: &str, started: Instant) {
+        let now = rss_mib();
+        println!(
+            "{name:<32} {:>8.1} MiB ({:+.1}), {:.0} ms",
+            now,
+            now - self.last,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        self.last = now;
+    }
+}
+
 fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    teapot_benches::peers::rss_kib(std::process::id()).map_or(0.0, |kib| kib as f64 / 1024.0)
 }
