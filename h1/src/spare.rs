@@ -39,7 +39,6 @@ const CLASSES: [usize; 4] = [0, 1024, 2 * 1024, 8 * 1024];
 /// spare of that class fits the next small take.
 pub const SMALL: usize = 512;
 
-#[derive(Default)]
 struct Spares {
     classes: [Vec<Vec<u8>>; 4],
     /// Their capacities' sum.

@@ -239,9 +239,7 @@ impl Http3 {
                         }
                     };
                     let _ = tx.send(Ok(endpoint.clone()));
-                    let mut app = App::new(router, slots, local, retry_above);
-                    app.handshakes = handshakes;
-                    let app = Rc::new(app);
+                    let app = Rc::new(App::new(router, slots, local, retry_above, handshakes));
                     accept(&endpoint, app, stop).await;
                     endpoint.wait_idle().await;
                 });
@@ -359,7 +357,13 @@ struct App {
 }
 
 impl App {
-    fn new(router: Router, slots: Slots, local: SocketAddr, retry_above: usize) -> App {
+    fn new(
+        router: Router,
+        slots: Slots,
+        local: SocketAddr,
+        retry_above: usize,
+        handshakes: Option<prometheus::IntCounterVec>,
+    ) -> App {
         App {
             h2: H2Server::new(router.clone()),
             router,
@@ -368,7 +372,7 @@ impl App {
             alpn: Arc::from("h3"),
             handshaking: Rc::new(Cell::new(0)),
             retry_above,
-            handshakes: None,
+            handshakes,
         }
     }
 
