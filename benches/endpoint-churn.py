@@ -86,25 +86,25 @@ def write_routes(d, k, moved=None):
             f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n"
             f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
         )
-    stage = d + ".stage"
-    os.makedirs(stage, exist_ok=True)
-    tmp = os.path.join(stage, f"{ns}-routes.yaml")
-    with open(tmp, "w") as f:
-        f.write("---\n".join(docs))
-    os.rename(tmp, os.path.join(d, f"{ns}-routes.yaml"))
+    write_whole(d, f"{ns}-routes.yaml", "---\n".join(docs))
 
 
-def write_slices(d, k, port, stage=None):
+def write_slices(d, k, port):
     """Every slice of namespace k to `port` (an int), or slice i to port[i]."""
     ns = f"ns{k}"
     ports = port if isinstance(port, list) else [port] * PER_NS
-    text = "---\n".join(slice_doc(ns, i, ports[i]) for i in range(PER_NS))
-    stage = stage or d + ".stage"
+    write_whole(d, f"{ns}-slices.yaml", "---\n".join(slice_doc(ns, i, ports[i]) for i in range(PER_NS)))
+
+
+def write_whole(d, name, text):
+    """`name` in `d`, written beside it and renamed into place, as a
+    deployment tool writes: the watcher sees the file whole once."""
+    stage = d + ".stage"
     os.makedirs(stage, exist_ok=True)
-    tmp = os.path.join(stage, f"{ns}-slices.yaml")
+    tmp = os.path.join(stage, name)
     with open(tmp, "w") as f:
         f.write(text)
-    os.rename(tmp, os.path.join(d, f"{ns}-slices.yaml"))
+    os.rename(tmp, os.path.join(d, name))
 
 
 def free_port():
