@@ -364,6 +364,7 @@ impl Reloader {
             &self.options.lb_networks,
             &mut state.verdicts,
         );
+        let admit_ms = started.elapsed().as_secs_f64() * 1e3 - load_ms;
         state.files.settle(&loaded.problems);
         let problems_changed = log_problems(&loaded.problems, &mut state.problems);
         self.metrics
@@ -436,7 +437,10 @@ impl Reloader {
             routes = snapshot.routes.len(),
             hosts = snapshot.routes.hosts(),
             certificates = snapshot.certs.len(),
+            load_ms,
+            admit_ms,
             compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
+            reload_ms = started.elapsed().as_secs_f64() * 1e3,
             files_taken_over = state.files.taken_over(),
             slice_verdicts_reused = state.verdicts.reused(),
             namespaces_reused = state.parts.reused_namespaces(),
