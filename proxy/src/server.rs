@@ -49,10 +49,8 @@ pub struct ProxyConfig {
     /// Serve HTTP/2 with prior knowledge on the plain listener beside
     /// HTTP/1 (told apart by the connection's first bytes).
     pub h2c: bool,
-    /// Serve HTTP/3 on UDP at the HTTPS listener's address and port
-    /// (crate::plane::h3).
-    pub http3: bool,
-    /// The HTTP/3 endpoint's Retry threshold and the fleet's QUIC keys.
+    /// The HTTP/3 endpoint's Retry threshold and the fleet's QUIC keys
+    /// (HTTP/3 is served where [`Listeners::quic`] holds a socket).
     pub quic: crate::plane::h3::QuicOptions,
     /// Idle upstream connections kept for reuse, per upstream address and
     /// serving thread.
@@ -90,7 +88,7 @@ pub struct ProxyConfig {
     /// counts alone.
     pub fleet: Option<crate::loops::fleet_exchange::FleetConfig>,
     /// `Alt-Svc` on HTTPS answers while HTTP/3 answers its self-probe
-    /// (with [`Self::http3`]; crate::plane::alt_svc).
+    /// (where HTTP/3 is served; crate::plane::alt_svc).
     pub alt_svc: crate::plane::alt_svc::AltSvcConfig,
 }
 
@@ -112,7 +110,6 @@ impl ProxyConfig {
             upstream: UpstreamOptions::default(),
             grace_period: Duration::from_secs(25),
             h2c: true,
-            http3: false,
             quic: crate::plane::h3::QuicOptions::default(),
             upstream_pool_size: 1024,
             serving_threads: 0,
@@ -141,6 +138,23 @@ pub struct Listeners {
     pub admin: std::net::TcpListener,
     /// UDP and TCP of the DNS server, when [`ProxyConfig::dns`] is set.
     pub dns: Option<teapot_dns::Sockets>,
+    /// HTTP/3's UDP socket, at the HTTPS listener's address and port
+    /// ([`Listeners::bind_quic`]); `None`: HTTP/3 is not served.
+    pub quic: Option<std::net::UdpSocket>,
+}
+
+/// Whether HTTP/3 is served beside HTTPS (crate::plane::h3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Http3 {
+    /// No UDP socket, no `Alt-Svc`.
+    Off,
+    /// Served where the HTTPS listener's UDP port can be bound; where it
+    /// cannot (another process holds it), HTTPS serves over TCP alone,
+    /// nothing advertises HTTP/3, and the log says why: a replica that
+    /// was not asked for HTTP/3 does not stop serving TCP for it.
+    WhereFree,
+    /// Served, or the start fails: an operator asked for it by name.
+    Required,
 }
 
 /// Addresses the listeners actually got (port 0 resolved).
@@ -150,6 +164,8 @@ pub struct BoundAddrs {
     pub https: Option<SocketAddr>,
     pub admin: SocketAddr,
     pub dns: Option<SocketAddr>,
+    /// HTTP/3's UDP socket (the HTTPS address) while it is served.
+    pub http3: Option<SocketAddr>,
 }
 
 impl Listeners {
@@ -169,7 +185,70 @@ impl Listeners {
             https: https.map(|a| serving("https", a)).transpose()?,
             admin: std::net::TcpListener::bind(admin).map_err(err("admin", admin))?,
             dns: None,
+            quic: None,
         })
+    }
+
+    /// Binds HTTP/3's UDP socket at the address and port the HTTPS
+    /// listener got; `https` is the address that listener was asked for.
+    /// Asked for any port (`:0`), it may have got one whose UDP side
+    /// another process holds: then both are bound again, on a port the
+    /// kernel picks anew, a few times over.
+    pub fn bind_quic(&mut self, https: Option<&str>, mode: Http3) -> Result<(), Error> {
+        const ATTEMPTS: usize = 8;
+        if mode == Http3::Off {
+            return Ok(());
+        }
+        let (Some(asked), Some(_)) = (https, self.https.as_ref()) else {
+            return match mode {
+                Http3::Required => {
+                    Err(ServeError::Tls("--http3 needs the HTTPS listener".into()).into())
+                }
+                _ => Ok(()),
+            };
+        };
+        let any_port = asked.parse::<SocketAddr>().is_ok_and(|a| a.port() == 0);
+        let mut attempt = 1;
+        loop {
+            let addr = match &self.https {
+                Some(tcp) => tcp.local_addr()?,
+                None => return Ok(()),
+            };
+            let source = match std::net::UdpSocket::bind(addr) {
+                Ok(socket) => {
+                    self.quic = Some(socket);
+                    return Ok(());
+                }
+                Err(source) => source,
+            };
+            if any_port && attempt < ATTEMPTS && source.kind() == std::io::ErrorKind::AddrInUse {
+                attempt += 1;
+                // Bound while the old one still holds its port: another.
+                let again =
+                    crate::plane::serving::bind_first(asked).map_err(|source| Error::Bind {
+                        what: "https",
+                        addr: asked.to_string(),
+                        source,
+                    })?;
+                self.https = Some(again);
+                continue;
+            }
+            if mode == Http3::Required {
+                return Err(Error::Bind {
+                    what: "http3 (UDP)",
+                    addr: addr.to_string(),
+                    source,
+                });
+            }
+            tracing::warn!(
+                %addr,
+                error = %source,
+                "HTTP/3 is not served: its UDP port cannot be bound; HTTPS serves over TCP alone \
+                 and nothing advertises HTTP/3 (--http3 makes this stop the start, --no-http3 \
+                 turns HTTP/3 off)"
+            );
+            return Ok(());
+        }
     }
 
     pub fn addrs(&self) -> Result<BoundAddrs, Error> {
@@ -178,6 +257,7 @@ impl Listeners {
             https: self.https.as_ref().map(|l| l.local_addr()).transpose()?,
             admin: self.admin.local_addr()?,
             dns: self.dns.as_ref().map(|d| d.local_addr()).transpose()?,
+            http3: self.quic.as_ref().map(|q| q.local_addr()).transpose()?,
         })
     }
 }
@@ -362,6 +442,15 @@ pub async fn run(
             .flatten()
             .map(crate::compile::l4::allocation::Reserved::listener),
     );
+    // HTTP/3 holds the HTTPS port's UDP side: no UDP Service gets it.
+    l4_config.reserved.extend(
+        bound
+            .http3
+            .map(|addr| crate::compile::l4::allocation::Reserved {
+                protocol: crate::compile::l4::Protocol::Udp,
+                ..crate::compile::l4::allocation::Reserved::listener(addr)
+            }),
+    );
     let l4 = crate::plane::l4::L4::new(l4_config, metrics.l4.clone());
     let allocations = Allocator::new(config.l4.pools.clone(), config.l4.state_file.clone())?;
     // Bound before the first compile: every global-rate-limit route
@@ -452,8 +541,8 @@ pub async fn run(
     };
     // Advertised from the first probe's success on, which starts once the
     // HTTP/3 endpoint serves (below).
-    let advertiser = match (config.http3, bound.https) {
-        (true, Some(https)) if config.alt_svc.advertise => Some((
+    let advertiser = match (bound.http3, bound.https) {
+        (Some(_), Some(https)) if config.alt_svc.advertise => Some((
             crate::plane::alt_svc::Advertiser::new(
                 config.alt_svc.port.unwrap_or(https.port()),
                 config.alt_svc.max_age,
@@ -575,14 +664,10 @@ pub async fn run(
             sni: sni.clone(),
         });
     let passthrough: pingora_core::listeners::PreTlsCallback = Arc::new(shared_hook);
-    let http3 = match (config.http3, bound.https, &sni) {
-        (false, _, _) => None,
-        (true, Some(addr), Some(sni)) => {
-            let socket = std::net::UdpSocket::bind(addr).map_err(|source| ServeError::Bind {
-                what: "http3",
-                addr: addr.to_string(),
-                source,
-            })?;
+    let http3 = match (listeners.quic.take(), &sni) {
+        (None, _) => None,
+        (Some(socket), Some(sni)) => {
+            let addr = socket.local_addr()?;
             let quic = crate::plane::h3::server_config(sni.clone(), &config.edge, &config.quic)?;
             tracing::info!(%addr, "http3 listener (udp)");
             let handshakes = crate::plane::h3::handshake_counter()?;
@@ -600,7 +685,7 @@ pub async fn run(
                 &options,
             )?)
         }
-        (true, _, _) => {
+        (Some(_), None) => {
             return Err(ServeError::Tls("--http3 needs the HTTPS listener".into()).into());
         }
     };
@@ -829,4 +914,73 @@ pub async fn run(
         "shutdown complete"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn https_only(https: &str) -> Listeners {
+        Listeners::bind(None, Some(https), "127.0.0.1:0").unwrap()
+    }
+
+    fn https_port(l: &Listeners) -> u16 {
+        l.https.as_ref().unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn http3_binds_udp_on_the_https_port_unless_off() {
+        let mut on = https_only("127.0.0.1:0");
+        on.bind_quic(Some("127.0.0.1:0"), Http3::WhereFree).unwrap();
+        let addrs = on.addrs().unwrap();
+        assert_eq!(addrs.http3, addrs.https);
+        // The socket is held: nobody else gets the port's UDP side.
+        assert!(std::net::UdpSocket::bind(addrs.https.unwrap()).is_err());
+
+        let mut off = https_only("127.0.0.1:0");
+        off.bind_quic(Some("127.0.0.1:0"), Http3::Off).unwrap();
+        assert!(off.quic.is_none());
+        assert!(std::net::UdpSocket::bind(off.addrs().unwrap().https.unwrap()).is_ok());
+    }
+
+    /// Any port asked for: a UDP side held elsewhere moves both to a port
+    /// whose TCP and UDP sides are free.
+    #[test]
+    fn any_port_asked_moves_https_off_a_udp_port_held_elsewhere() {
+        let mut l = https_only("127.0.0.1:0");
+        let first = https_port(&l);
+        let _held = std::net::UdpSocket::bind(("127.0.0.1", first)).unwrap();
+        l.bind_quic(Some("127.0.0.1:0"), Http3::Required).unwrap();
+        let addrs = l.addrs().unwrap();
+        assert_ne!(addrs.https.unwrap().port(), first);
+        assert_eq!(addrs.http3, addrs.https);
+    }
+
+    /// A port asked for by number whose UDP side another process holds:
+    /// HTTPS keeps it and serves alone by default; `--http3` refuses.
+    #[test]
+    fn a_fixed_port_whose_udp_side_is_held_serves_tcp_alone_or_refuses() {
+        let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let asked = held.local_addr().unwrap().to_string();
+        let mut l = https_only(&asked);
+        l.bind_quic(Some(&asked), Http3::WhereFree).unwrap();
+        assert!(l.quic.is_none());
+        assert_eq!(l.addrs().unwrap().https.unwrap().to_string(), asked);
+        drop(l);
+
+        let mut l = https_only(&asked);
+        let err = l.bind_quic(Some(&asked), Http3::Required).unwrap_err();
+        assert!(
+            matches!(&err, Error::Bind { what, .. } if what.contains("http3")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn required_http3_needs_the_https_listener() {
+        let mut l = Listeners::bind(Some("127.0.0.1:0"), None, "127.0.0.1:0").unwrap();
+        assert!(l.bind_quic(None, Http3::Required).is_err());
+        l.bind_quic(None, Http3::WhereFree).unwrap();
+        assert!(l.quic.is_none());
+    }
 }

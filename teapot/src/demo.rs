@@ -94,7 +94,6 @@ pub async fn run(args: DemoArgs, threads: usize) -> anyhow::Result<()> {
         https: args.https.clone(),
         admin: args.admin.clone(),
     };
-    let (listeners, addrs) = crate::bind(&listen, None)?;
     // `teapot proxy`'s defaults, from its own flag definitions, with the
     // demo's shorter grace period and pool.
     let mut tuning = {
@@ -102,6 +101,7 @@ pub async fn run(args: DemoArgs, threads: usize) -> anyhow::Result<()> {
         let command = TuningArgs::augment_args(clap::Command::new("demo"));
         TuningArgs::from_arg_matches(&command.get_matches_from(["demo"]))?
     };
+    let (listeners, addrs) = crate::bind(&listen, None, tuning.http3())?;
     tuning.grace_period = 5;
     tuning.upstream_pool_size = 128;
     let mut config = crate::proxy_config(dir.clone(), &tuning, &addrs);

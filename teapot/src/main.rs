@@ -42,7 +42,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use teapot_proxy::compile::CompileOptions;
 use teapot_proxy::loops::proof::{ProofLimits, ProofTiming};
 use teapot_proxy::plane::proxy::UpstreamOptions;
-use teapot_proxy::server::BoundAddrs;
+use teapot_proxy::server::{BoundAddrs, Http3};
 use teapot_proxy::{Listeners, ProxyConfig};
 
 #[derive(Parser, Debug)]
@@ -152,9 +152,12 @@ pub(crate) struct TuningArgs {
     /// Serve only HTTP/1.1 on the plain listener: a client's HTTP/2 preface is refused as a malformed HTTP/1 request (ingress-nginx's use-http2: "false").
     #[arg(long, conflicts_with = "h2c")]
     no_h2c: bool,
-    /// Serve HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP. Off by default; advertised with Alt-Svc while it answers (--http3-advertise).
+    /// HTTP/3 (QUIC) on UDP at the HTTPS listener's address and port, with the same certificates, routes and policies as HTTPS over TCP, advertised with Alt-Svc while it answers (--http3-advertise): the default. Without this flag a UDP port that cannot be bound leaves HTTPS over TCP alone (logged); with it the start fails.
     #[arg(long)]
     http3: bool,
+    /// Serve no HTTP/3: no UDP socket, no Alt-Svc.
+    #[arg(long, conflicts_with = "http3")]
+    no_http3: bool,
     /// HTTP/3: QUIC handshakes in flight on this replica past which a client that has not proven its address gets a Retry first (one round trip; stateless, so a flood of spoofed Initial packets holds no connection slot). 0: every client.
     #[arg(long, default_value_t = teapot_proxy::plane::h3::DEFAULT_RETRY_ABOVE)]
     http3_retry_above: usize,
@@ -285,16 +288,28 @@ fn optional(addr: &str) -> Option<&str> {
     (addr != "off").then_some(addr)
 }
 
+impl TuningArgs {
+    pub(crate) fn http3(&self) -> Http3 {
+        match (self.no_http3, self.http3) {
+            (true, _) => Http3::Off,
+            (false, true) => Http3::Required,
+            (false, false) => Http3::WhereFree,
+        }
+    }
+}
+
 /// Binds the listeners and prints the one stdout line tools read.
 pub(crate) fn bind(
     listen: &ListenArgs,
     dns: Option<SocketAddr>,
+    http3: Http3,
 ) -> anyhow::Result<(Listeners, BoundAddrs)> {
     let mut listeners = Listeners::bind(
         optional(&listen.http),
         optional(&listen.https),
         &listen.admin,
     )?;
+    listeners.bind_quic(optional(&listen.https), http3)?;
     listeners.dns = dns.map(teapot_dns::Sockets::bind).transpose()?;
     let addrs = listeners.addrs()?;
     let line = serde_line(&addrs);
@@ -304,14 +319,18 @@ pub(crate) fn bind(
 
 fn serde_line(addrs: &BoundAddrs) -> String {
     let field = |a: Option<SocketAddr>| a.map_or("null".to_string(), |a| format!("\"{a}\""));
-    // "dns" only when it listens: readers of the line before it existed
-    // see the line they know.
+    // "dns" and "http3" only when they listen: readers of the line before
+    // they existed see the line they know.
     let dns = addrs
         .dns
         .map(|a| format!(",\"dns\":\"{a}\""))
         .unwrap_or_default();
+    let http3 = addrs
+        .http3
+        .map(|a| format!(",\"http3\":\"{a}\""))
+        .unwrap_or_default();
     format!(
-        "{{\"event\":\"listening\",\"http\":{},\"https\":{},\"admin\":\"{}\"{dns}}}",
+        "{{\"event\":\"listening\",\"http\":{},\"https\":{},\"admin\":\"{}\"{dns}{http3}}}",
         field(addrs.http),
         field(addrs.https),
         addrs.admin
@@ -353,7 +372,6 @@ pub(crate) fn proxy_config(
     };
     config.grace_period = Duration::from_secs(tuning.grace_period);
     config.h2c = tuning.h2c || !tuning.no_h2c;
-    config.http3 = tuning.http3;
     config.quic.retry_above = tuning.http3_retry_above;
     config.upstream_pool_size = tuning.upstream_pool_size;
     config.upstream = UpstreamOptions {
@@ -376,7 +394,7 @@ async fn run_proxy(args: ProxyArgs, threads: usize) -> anyhow::Result<()> {
         kube.lease_namespace = args.status.lease_namespace().to_string();
     }
     let kube_status = kube.as_ref().and(args.status.options());
-    let (listeners, addrs) = bind(&args.listen, args.dns.listen())?;
+    let (listeners, addrs) = bind(&args.listen, args.dns.listen(), args.tuning.http3())?;
     let l4 = args.l4.config(kube.is_some());
     let mut config = proxy_config(args.manifests.unwrap_or_default(), &args.tuning, &addrs);
     config.serving_threads = threads;

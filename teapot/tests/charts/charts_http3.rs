@@ -1,8 +1,9 @@
 //! `proxy.http3` in the LB chart, rendered by the pinned helm
-//! (`scripts/helm.sh`, as in `charts.rs`): UDP on the HTTPS port beside
-//! TCP (the container's port, and in deployment mode the Service's UDP
-//! 443 beside TCP 443), the flags that serve and advertise HTTP/3
-//! (accepted by this build's `teapot`), and nothing of it when off.
+//! (`scripts/helm.sh`, as in `charts.rs`): by default UDP on the HTTPS
+//! port beside TCP (the container's port, and in deployment mode the
+//! Service's UDP 443 beside TCP 443) and the flags that advertise HTTP/3
+//! (accepted by this build's `teapot`); with `enabled: false` no UDP port
+//! and `--no-http3`.
 
 use std::path::Path;
 use std::process::Command;
@@ -72,13 +73,11 @@ fn http3_opens_udp_beside_tcp_and_advertises_the_clients_port() {
         ),
         ("daemonset-values.yaml", 443, None),
     ] {
+        // Nothing set about HTTP/3 but where the probe goes: on by default.
         let docs = render(
             &helm,
             values,
-            &[
-                "proxy.http3.enabled=true",
-                "proxy.http3.probeAddress=lb.example.com:443",
-            ],
+            &["proxy.http3.probeAddress=lb.example.com:443"],
         );
         let container = proxy_container(&docs);
         let tcp = port(&container["ports"], "https").expect("https");
@@ -90,8 +89,13 @@ fn http3_opens_udp_beside_tcp_and_advertises_the_clients_port() {
             "{values}"
         );
         let args = strs(&container["args"]);
+        // teapot serves HTTP/3 by default: no flag turns it on, and none
+        // makes a UDP port held by another process stop the start.
+        assert!(
+            !args.iter().any(|a| a == "--http3" || a == "--no-http3"),
+            "{values}: {args:?}"
+        );
         for flag in [
-            "--http3",
             "--http3-advertise=true",
             "--http3-probe-interval=30",
             "--http3-probe-address=lb.example.com:443",
@@ -138,7 +142,7 @@ fn http3_opens_udp_beside_tcp_and_advertises_the_clients_port() {
 fn http3_off_opens_nothing_and_advertise_false_is_passed() {
     let Some(helm) = helm() else { return };
     for values in ["deployment-values.yaml", "daemonset-values.yaml"] {
-        let docs = render(&helm, values, &[]);
+        let docs = render(&helm, values, &["proxy.http3.enabled=false"]);
         let container = proxy_container(&docs);
         assert!(port(&container["ports"], "https-udp").is_none(), "{values}");
         assert!(
@@ -146,13 +150,14 @@ fn http3_off_opens_nothing_and_advertise_false_is_passed() {
             "{values}"
         );
         let args = strs(&container["args"]);
+        assert!(args.iter().any(|a| a == "--no-http3"), "{args:?}");
         assert!(!args.iter().any(|a| a.starts_with("--http3")), "{args:?}");
+        assert_flags_exist(&args);
 
         let docs = render(
             &helm,
             values,
             &[
-                "proxy.http3.enabled=true",
                 "proxy.http3.advertise=false",
                 "proxy.http3.probeIntervalSeconds=5",
             ],

@@ -2,7 +2,7 @@
 //! HTTP/1.1 and HTTP/2 (the backend's and teapot's own for a route) while
 //! the HTTP/3 endpoint answers the replica's self-probe; never on plain
 //! HTTP, on an answer about no route, for a host that asks for client
-//! certificates, for an Ingress that turns it off, without `--http3`, or
+//! certificates, for an Ingress that turns it off, with `--no-http3`, or
 //! with `--http3-advertise=false`; withdrawn within two probe intervals
 //! once the UDP path stops answering, and back when it answers again.
 //! However many requests arrive, the replica probes once per interval.
@@ -239,7 +239,7 @@ async fn a_flood_of_requests_does_not_make_the_replica_probe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alt_svc_is_absent_without_http3_or_when_turned_off() {
     for args in [
-        &["--http3-probe-interval", "1"][..],
+        &["--no-http3", "--http3-probe-interval", "1"][..],
         &[
             "--http3",
             "--http3-advertise=false",

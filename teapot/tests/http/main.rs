@@ -29,6 +29,7 @@ mod h2c_early_answer_e2e;
 mod h2c_limits_e2e;
 mod host_default_backend_e2e;
 mod hostile_routes_e2e;
+mod http3_default_e2e;
 mod http3_e2e;
 mod http3_fleet_e2e;
 mod http3_paths_e2e;
