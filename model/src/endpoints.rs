@@ -8,9 +8,9 @@
 //! the port and the `ready` condition only, so the stored form keeps per
 //! endpoint one [`IpAddr`] per address and one byte of conditions: 19 bytes
 //! for a one-address endpoint ([`CompactSlice::heap_bytes`] counts it).
-//! Per slice it keeps the metadata and the ports as written, its labels
-//! and annotations as a list ([`CompactMap`]) rather than the map's
-//! 540-byte node a single label costs.
+//! Per slice it keeps the metadata as written in the form Services share
+//! ([`crate::meta::CompactMeta`]: labels and annotations as a list rather
+//! than the map's 540-byte node a single label costs) and the ports.
 //!
 //! What is dropped (`hostname`, `nodeName`, `zone`, `targetRef`, `hints`,
 //! `deprecatedTopology`) is never read by teapot, but the proxy's second
@@ -23,14 +23,14 @@
 //! plus those violations, and counts the slice's JSON size as written
 //! against the tenant's byte quota.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use teapot_api::admission::Violation;
 use teapot_api::names::SERVICE_NAME_LABEL;
+
+use crate::meta::CompactMeta;
 
 /// The API server's bound on addresses per endpoint, which the compact form
 /// relies on (a count in one byte).
@@ -76,42 +76,13 @@ fn bits(value: Option<bool>, shift: u8) -> u8 {
     }
 }
 
-/// A label or annotation map as a sorted list: one small allocation per
-/// key and value and one for the list, where a `BTreeMap` allocates a
-/// node for 11 entries even for one, most of an EndpointSlice's memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompactMap(Box<[(Box<str>, Box<str>)]>);
-
-impl CompactMap {
-    fn new(map: BTreeMap<String, String>) -> CompactMap {
-        CompactMap(
-            map.into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-        Some(&self.0[at].1)
-    }
-
-    fn to_map(&self) -> BTreeMap<String, String> {
-        self.0
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-}
+pub use crate::meta::CompactMap;
 
 /// An EndpointSlice in the form the store keeps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactSlice {
-    /// The metadata as written but for `labels` and `annotations`, which
-    /// are kept in [`CompactSlice::labels`] and [`CompactSlice::annotations`].
-    pub metadata: ObjectMeta,
-    labels: Option<CompactMap>,
-    annotations: Option<CompactMap>,
+    /// The metadata as written, labels and annotations as lists.
+    pub metadata: CompactMeta,
     /// `IPv4`, `IPv6` or `FQDN` (kept as written: the tenant policy judges it).
     pub address_type: String,
     pub ports: Vec<EndpointPort>,
@@ -160,13 +131,8 @@ impl CompactSlice {
                 conditions: bits(c.ready, 0) | bits(c.serving, 2) | bits(c.terminating, 4),
             });
         }
-        let mut metadata = slice.metadata;
-        let labels = metadata.labels.take().map(CompactMap::new);
-        let annotations = metadata.annotations.take().map(CompactMap::new);
         CompactSlice {
-            metadata,
-            labels,
-            annotations,
+            metadata: CompactMeta::new(slice.metadata),
             address_type: slice.address_type,
             ports: slice.ports.unwrap_or_default(),
             endpoints: endpoints.into_boxed_slice(),
@@ -185,17 +151,17 @@ impl CompactSlice {
 
     /// The Service this slice belongs to (`kubernetes.io/service-name`).
     pub fn service_name(&self) -> Option<&str> {
-        self.labels.as_ref()?.get(SERVICE_NAME_LABEL)
+        self.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)
     }
 
     /// `metadata.labels` as written.
     pub fn labels(&self) -> Option<&CompactMap> {
-        self.labels.as_ref()
+        self.metadata.labels.as_ref()
     }
 
     /// `metadata.annotations` as written.
     pub fn annotations(&self) -> Option<&CompactMap> {
-        self.annotations.as_ref()
+        self.metadata.annotations.as_ref()
     }
 
     /// Each endpoint with its addresses.
@@ -248,11 +214,7 @@ impl CompactSlice {
             })
             .collect();
         EndpointSlice {
-            metadata: ObjectMeta {
-                labels: self.labels.as_ref().map(CompactMap::to_map),
-                annotations: self.annotations.as_ref().map(CompactMap::to_map),
-                ..self.metadata.clone()
-            },
+            metadata: self.metadata.to_typed(),
             address_type: self.address_type.clone(),
             ports: (!self.ports.is_empty()).then(|| self.ports.clone()),
             endpoints: Some(endpoints),
@@ -328,14 +290,16 @@ mod tests {
             .into(),
         );
         let compact = CompactSlice::new(typed.clone(), "t");
-        assert_eq!(compact.metadata.labels, None);
-        assert_eq!(compact.metadata.annotations, None);
+        assert!(compact.metadata.rest().is_none());
         assert_eq!(compact.service_name(), Some("s"));
         assert_eq!(compact.labels().unwrap().get("app"), Some("web"));
         assert_eq!(compact.labels().unwrap().get("ap"), None);
         assert_eq!(compact.to_typed().metadata, typed.metadata);
         let bare = CompactSlice::new(EndpointSlice::default(), "t");
-        assert_eq!(bare.to_typed().metadata, ObjectMeta::default());
+        assert_eq!(
+            bare.to_typed().metadata,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta::default()
+        );
         assert_eq!(bare.service_name(), None);
     }
 

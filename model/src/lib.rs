@@ -13,6 +13,8 @@
 //! - [`manifests`]: a directory (or text) of YAML into a store, keeping the
 //!   last good version of objects that stop parsing.
 //! - [`endpoints`]: EndpointSlices in the compact form the store keeps.
+//! - [`service`]: Services in the compact form the store keeps, and
+//!   [`meta`] the metadata form both share.
 //! - [`gateway`]: Gateway API schema rules and the hostnames an object
 //!   claims.
 //! - [`attachment`]: Gateway API attachment rules (route kinds of a
@@ -28,6 +30,8 @@ pub mod endpoints;
 pub mod field;
 pub mod gateway;
 pub mod manifests;
+pub mod meta;
+pub mod service;
 pub mod store;
 pub mod tenancy;
 pub mod validate;

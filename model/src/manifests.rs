@@ -951,7 +951,14 @@ mod tests {
         let l = load(&text, &Store::default());
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         let metas = [
-            &l.store.services.values().next().unwrap().object.metadata,
+            &l.store
+                .services
+                .values()
+                .next()
+                .unwrap()
+                .object
+                .metadata
+                .to_typed(),
             &l.store.ingresses.values().next().unwrap().object.metadata,
             &l.store.http_routes.values().next().unwrap().object.metadata,
         ];

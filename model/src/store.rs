@@ -20,6 +20,7 @@ use teapot_gateway_api::{
 
 use crate::certificate::TlsCertificate;
 use crate::endpoints::CompactSlice;
+use crate::service::CompactService;
 
 /// Namespace and name of a namespaced object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -263,7 +264,9 @@ pub type ObjectMap<T> = FastHashMap<NsName, Stored<T>>;
 pub struct Store {
     pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
-    pub services: ObjectMap<Service>,
+    /// In the compact form ([`crate::service`]), made on insert: a
+    /// Service as written becomes one when it enters the store.
+    pub services: ObjectMap<CompactService>,
     /// In the compact form ([`crate::endpoints`]): the bulk of a large
     /// store. Ordered, so one namespace's slices are a range: an endpoint
     /// change resolves its Services from that range
@@ -425,7 +428,8 @@ impl Store {
                 self.ingress_classes.insert(key.name, stored(o, origin));
             }
             Object::Service(o) => {
-                self.services.insert(ns, stored(o, origin));
+                self.services
+                    .insert(ns, stored(CompactService::new(o), origin));
             }
             Object::EndpointSlice(o) => {
                 self.endpoint_slices.insert(ns, stored(o, origin));

@@ -488,11 +488,17 @@ fn admit_pass(
         }
     };
     for (id, s) in &store.services {
+        if !by_namespace.contains_key(&id.namespace) {
+            continue;
+        }
+        // The compact form keeps every field (crate::service): the rules
+        // judge, and the quota weighs, the Service as written.
+        let typed = s.object.to_typed();
         judge(
             Kind::Service,
             id,
             &s.origin,
-            TenantObjectRef::Service(&s.object),
+            TenantObjectRef::Service(&typed),
         );
     }
     for (id, s) in &store.secrets {
@@ -1166,5 +1172,198 @@ mod tests {
                 .ingresses
                 .contains_key(&NsName::new("tenant-acme", "plain"))
         );
+    }
+}
+
+#[cfg(test)]
+mod service_tests {
+    use super::*;
+
+    const TENANT: &str = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, allowedDomains: [acme.example.org], limits: {maxTotalBytes: MAX}}\n";
+
+    fn service(name: &str, meta: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: tenant-acme{meta}}}\nspec: {spec}\n"
+        )
+    }
+
+    fn admitted(max: usize, services: &[String]) -> Loaded {
+        let text = format!(
+            "{}---\n{}",
+            TENANT.replace("MAX", &max.to_string()),
+            services.join("---\n")
+        );
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            &text,
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        loaded
+    }
+
+    /// The store keeps Services compact ([`crate::service`]); the tenant
+    /// rules still judge every field as written. One hostile Service per
+    /// rule family, most of them setting a field the compact form keeps
+    /// outside its inline part: each is refused for that field, and a
+    /// plain one is served.
+    #[test]
+    fn a_compact_tenant_service_is_judged_as_written() {
+        let lb = "type: LoadBalancer, loadBalancerClass: teapot.dev/lb, allocateLoadBalancerNodePorts: false";
+        let cases: &[(&str, &str, String, &str)] = &[
+            // Metadata: annotations, labels, strings in the rest.
+            (
+                "annotated",
+                ", annotations: {nginx.ingress.kubernetes.io/rewrite-target: /}",
+                "{ports: [{port: 80}]}".into(),
+                "metadata.annotations",
+            ),
+            (
+                "labelled",
+                ", labels: {kubernetes.io/owned: x}",
+                "{ports: [{port: 80}]}".into(),
+                "metadata.labels",
+            ),
+            (
+                "generated",
+                ", generateName: \"a\\u0007\"",
+                "{ports: [{port: 80}]}".into(),
+                "metadata.generateName",
+            ),
+            // The spec: kinds of Service, addresses, node ports, ranges.
+            (
+                "external",
+                "",
+                "{type: ExternalName, externalName: metadata.google.internal}".into(),
+                "spec.type",
+            ),
+            (
+                "named",
+                "",
+                "{externalName: metadata.google.internal, ports: [{port: 80}]}".into(),
+                "spec.externalName",
+            ),
+            (
+                "selecting",
+                "",
+                "{selector: {app: web}, ports: [{port: 80}]}".into(),
+                "spec.selector",
+            ),
+            (
+                "capturing",
+                "",
+                "{externalIPs: [192.0.2.1], ports: [{port: 80}]}".into(),
+                "spec.externalIPs",
+            ),
+            (
+                "pinned",
+                "",
+                format!("{{{lb}, loadBalancerIP: 192.0.2.1, ports: [{{port: 80}}]}}"),
+                "spec.loadBalancerIP",
+            ),
+            (
+                "ranged",
+                "",
+                format!(
+                    "{{{lb}, loadBalancerSourceRanges: [10.0.0.1], ports: [{{port: 80}}]}}"
+                ),
+                "spec.loadBalancerSourceRanges[0]",
+            ),
+            (
+                "checked",
+                "",
+                format!("{{{lb}, healthCheckNodePort: 30000, ports: [{{port: 80}}]}}"),
+                "spec.healthCheckNodePort",
+            ),
+            (
+                "local",
+                "",
+                format!("{{{lb}, externalTrafficPolicy: Local, ports: [{{port: 80}}]}}"),
+                "spec.externalTrafficPolicy",
+            ),
+            (
+                "classless",
+                "",
+                "{type: LoadBalancer, allocateLoadBalancerNodePorts: false, ports: [{port: 80}]}"
+                    .into(),
+                "spec.loadBalancerClass",
+            ),
+            (
+                "noded",
+                "",
+                "{ports: [{port: 80, nodePort: 30080}]}".into(),
+                "spec.ports[0].nodePort",
+            ),
+            (
+                "affine",
+                "",
+                "{ports: [{port: 80}], sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}, trafficDistribution: \"x\\u0007\"}".into(),
+                "spec.trafficDistribution",
+            ),
+        ];
+        let mut docs: Vec<String> = cases
+            .iter()
+            .map(|(name, meta, spec, _)| service(name, meta, spec))
+            .collect();
+        docs.push(service("plain", "", "{ports: [{port: 80}]}"));
+        let loaded = admitted(1 << 20, &docs);
+        for (name, _, _, field) in cases {
+            let object = format!("Service tenant-acme/{name}");
+            let p = loaded
+                .problems
+                .iter()
+                .find(|p| p.object.as_deref() == Some(&object))
+                .unwrap_or_else(|| panic!("{object} was admitted"));
+            let got = p.field.as_deref().unwrap_or_default();
+            assert!(got.starts_with(field), "{object}: {got} ({p:?})");
+            assert!(
+                !loaded
+                    .store
+                    .services
+                    .contains_key(&NsName::new("tenant-acme", *name))
+            );
+        }
+        assert_eq!(loaded.problems.len(), cases.len(), "{:?}", loaded.problems);
+        assert!(
+            loaded
+                .store
+                .services
+                .contains_key(&NsName::new("tenant-acme", "plain"))
+        );
+    }
+
+    /// `maxTotalBytes` weighs a Service by its JSON as written, fields
+    /// kept outside the compact form's inline part included: with room
+    /// for two and a half, the newest of three is refused.
+    #[test]
+    fn a_compact_service_weighs_its_json_as_written() {
+        let docs: Vec<String> = (1..=3)
+            .map(|i| {
+                service(
+                    &format!("s{i}"),
+                    &format!(", creationTimestamp: \"2024-01-0{i}T00:00:00Z\", finalizers: [teapot.dev/one-rather-long-finalizer-name-to-weigh]"),
+                    "{ports: [{port: 80}], sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}, publishNotReadyAddresses: true}",
+                )
+            })
+            .collect();
+        let typed: k8s_openapi::api::core::v1::Service = serde_yaml::from_str(&docs[0]).unwrap();
+        let one = admission::json_size(&typed);
+        let loaded = admitted(one * 5 / 2, &docs);
+        let refused: Vec<_> = loaded
+            .problems
+            .iter()
+            .filter_map(|p| p.object.as_deref())
+            .collect();
+        assert_eq!(refused, ["Service tenant-acme/s3"], "{:?}", loaded.problems);
+        // The same three in the compact form alone (what the store
+        // keeps inline) would all fit: the weight is the source's.
+        let mut inline = typed.clone();
+        inline.metadata.finalizers = None;
+        inline.spec.as_mut().unwrap().session_affinity_config = None;
+        inline.spec.as_mut().unwrap().publish_not_ready_addresses = None;
+        assert!(3 * admission::json_size(&inline) <= one * 5 / 2);
     }
 }

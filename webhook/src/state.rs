@@ -128,7 +128,7 @@ impl PolicyState {
             };
             let spec = svc.object.spec.as_ref();
             if spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
-                let ports = spec.and_then(|s| s.ports.as_ref()).map_or(0, Vec::len);
+                let ports = spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len());
                 objects
                     .lb_listeners
                     .insert(k.name.clone(), u32::try_from(ports).unwrap_or(u32::MAX));

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{IngressBackend, ServiceBackendPort};
 use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored};
@@ -413,7 +412,7 @@ pub(crate) fn upstream_label(namespace: &str, name: &str, port: &PortRef) -> Str
 }
 
 pub(crate) fn find_port<'s>(
-    service: &'s Service,
+    service: &'s teapot_model::service::CompactService,
     port: &PortRef,
 ) -> Option<&'s k8s_openapi::api::core::v1::ServicePort> {
     let ports = service.spec.as_ref()?.ports.as_ref()?;

@@ -166,3 +166,105 @@ fn a_store_without_bookkeeping_compiles_as_the_objects_kept_whole() {
     assert_eq!(served.len(), 3, "{served:?}");
     assert_eq!((served, report), compiled(&whole));
 }
+
+/// Services enter the store in teapot's compact form
+/// (`teapot_model::service`), which keeps what every reader reads. An L4
+/// Service whose source ranges and held address are kept outside the
+/// compact form's inline part (`spec.loadBalancerSourceRanges`, `status`),
+/// with finalizers and an owner (kept aside, read by nobody), and an
+/// Ingress backend by port name: the compile serves what the Services
+/// say, and the same as for the Services read back whole
+/// (`CompactService::to_typed`).
+#[test]
+fn a_compact_service_compiles_as_the_service_written() {
+    use std::sync::Arc;
+
+    use crate::compile::l4::{L4Config, L4Inputs};
+
+    let lb = concat!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: db\n  namespace: ops\n",
+        "  finalizers: [service.kubernetes.io/load-balancer-cleanup]\n",
+        "  ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: owner, uid: '1'}]\n",
+        "  annotations: {teapot.dev/proxy-protocol: v2}\n",
+        "spec:\n  type: LoadBalancer\n  externalTrafficPolicy: Cluster\n",
+        "  loadBalancerSourceRanges: [198.51.100.7/24]\n",
+        "  ports: [{name: pg, port: 5432}]\n",
+        "status: {loadBalancer: {ingress: [{ip: 192.0.2.11}]}}\n",
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n",
+        "metadata: {name: db-1, namespace: ops, labels: {kubernetes.io/service-name: db}}\n",
+        "addressType: IPv4\nports: [{name: pg, port: 5432}]\nendpoints: [{addresses: [10.0.0.9]}]\n",
+        "---\napiVersion: v1\nkind: Service\nmetadata: {name: grpc, namespace: ops}\n",
+        "spec: {sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}, ports: [{name: h2, port: 80, appProtocol: kubernetes.io/h2c}]}\n",
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n",
+        "metadata: {name: grpc-1, namespace: ops, labels: {kubernetes.io/service-name: grpc}}\n",
+        "addressType: IPv4\nports: [{name: h2, port: 8080}]\nendpoints: [{addresses: [10.0.0.8]}]\n",
+        "---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: teapot}\nspec: {controller: teapot.dev/ingress-controller}\n",
+        "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: grpc, namespace: ops}\n",
+        "spec: {ingressClassName: teapot, rules: [{host: grpc.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: grpc, port: {name: h2}}}}]}}]}\n",
+    );
+    let file = PathBuf::from("ops.yaml");
+    let mut loaded = Loaded::default();
+    load_text(&file, lb, &Store::default(), &mut loaded);
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    let options = CompileOptions {
+        status_addresses: vec!["127.0.0.1".into()],
+        l4: Some(L4Inputs {
+            config: Arc::new(L4Config {
+                pools: vec!["default=192.0.2.10,192.0.2.11".parse().unwrap()],
+                ..L4Config::default()
+            }),
+            previous: Arc::default(),
+            runtime: Arc::default(),
+        }),
+        ..CompileOptions::default()
+    };
+    let compiled = |store: &Store| {
+        let s = compile(store, Vec::new(), 1, &options, &EndpointRegistry::default());
+        let l4 = s.l4.as_ref().expect("L4 compiled").table.clone();
+        let listeners: Vec<String> = l4
+            .listeners
+            .iter()
+            .map(|(key, route)| {
+                let ranges = route.options.source_ranges.as_ref().expect("ranges");
+                format!(
+                    "{key:?} {} {:?} 198.51.100.200:{} 127.0.0.1:{} {:?}",
+                    route.service,
+                    route.upstream.endpoints.addresses(),
+                    ranges.admits("198.51.100.200".parse().unwrap()),
+                    ranges.admits("127.0.0.1".parse().unwrap()),
+                    route.options.proxy_protocol,
+                )
+            })
+            .collect();
+        (described(&s), listeners)
+    };
+    let ((served, report), listeners) = compiled(&loaded.store);
+    assert_eq!(
+        served,
+        ["grpc.example.com ops/grpc:h2 Http1 policy=false [\"10.0.0.8:8080\"]"]
+    );
+    assert_eq!(listeners.len(), 1, "{listeners:?}");
+    assert!(
+        listeners[0].contains("192.0.2.11")
+            && listeners[0].contains("198.51.100.200:true 127.0.0.1:false"),
+        "{listeners:?}"
+    );
+    assert!(report.contains("\"address\":\"192.0.2.11\""), "{report}");
+
+    // The same Services read back whole and stored again compile the same.
+    let mut again = loaded.store.clone();
+    for (id, s) in &loaded.store.services {
+        let typed = s.object.to_typed();
+        assert!(typed.metadata.finalizers.is_some() || id.name != "db");
+        again.insert(
+            ObjectKey {
+                kind: Kind::Service,
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+            },
+            Object::Service(typed),
+            s.origin.clone(),
+        );
+    }
+    assert_eq!(compiled(&again), ((served, report), listeners));
+}

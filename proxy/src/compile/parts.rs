@@ -28,9 +28,9 @@
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Service;
 use teapot_api::Tenant;
 use teapot_model::endpoints::CompactSlice;
+use teapot_model::service::CompactService;
 use teapot_model::store::{FastHashMap, Store};
 
 use crate::compile::endpoint_cells::EndpointCells;
@@ -91,7 +91,7 @@ struct NamespacePart {
 /// "the same object".
 #[derive(Debug, Default)]
 struct NamespaceInputs {
-    services: Vec<(String, Arc<Service>)>,
+    services: Vec<(String, Arc<CompactService>)>,
     slices: Vec<(String, Arc<CompactSlice>)>,
 }
 
@@ -119,7 +119,7 @@ pub(crate) struct CurrentInputs<'s> {
 
 #[derive(Default)]
 struct BorrowedInputs<'s> {
-    services: Vec<(&'s str, &'s Arc<Service>)>,
+    services: Vec<(&'s str, &'s Arc<CompactService>)>,
     slices: Vec<(&'s str, &'s Arc<CompactSlice>)>,
 }
 

@@ -340,12 +340,12 @@ impl StatusWriter {
                 conditions.push(c.clone());
             }
         }
-        let regarding = Regarding::service(&id, service.metadata.uid.clone());
+        let regarding = Regarding::service(&id, service.metadata.uid.as_deref().map(String::from));
         self.warn_when_false(&regarding, &conditions, "Allocated", "AllocateAddress")
             .await;
         self.warn_when_false(&regarding, &conditions, ANNOUNCED, "AnnounceAddress")
             .await;
-        let current = service.status.as_ref();
+        let current = service.status.as_deref();
         let desired = ServiceStatusPatch::new(
             &report.status,
             &conditions,
@@ -357,8 +357,9 @@ impl StatusWriter {
         let version = service
             .metadata
             .resource_version
-            .clone()
-            .unwrap_or_default();
+            .as_deref()
+            .unwrap_or_default()
+            .to_string();
         if self
             .services_written
             .get(&id)

@@ -11,10 +11,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, PortStatus, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, PortStatus};
 use teapot_api::admission::DEFAULT_MAX_LISTENERS;
 use teapot_api::annotations::{self, AnnotationValue, ObjectKind};
 use teapot_api::names::LOAD_BALANCER_CLASS;
+use teapot_model::service::CompactService;
 
 use super::L4Config;
 use super::allocation::{Claim, FamilyPolicy, Outcome};
@@ -104,7 +105,7 @@ pub struct L4Table {
 }
 
 /// Whether `service` is one teapot serves at L4.
-pub fn is_l4_service(service: &Service, serve_classless: bool) -> bool {
+pub fn is_l4_service(service: &CompactService, serve_classless: bool) -> bool {
     let Some(spec) = &service.spec else {
         return false;
     };
@@ -706,7 +707,7 @@ fn candidate<'s>(
     config: &L4Config,
     tenancy: &Tenancy<'_>,
     id: &'s NsName,
-    service: &'s Service,
+    service: &'s CompactService,
 ) -> Candidate<'s> {
     let spec = service.spec.as_ref();
     let mut problems = Vec::new();
@@ -752,7 +753,7 @@ fn candidate<'s>(
     if ports.is_empty() && refused.is_none() {
         refused = Some(("NoPorts", "the Service has no TCP or UDP port".to_string()));
     }
-    let requested = match spec.and_then(|s| s.load_balancer_ip.as_deref()) {
+    let requested = match spec.and_then(|s| s.load_balancer_ip()) {
         None | Some("") => None,
         Some(text) => match text.parse() {
             Ok(ip) => Some(ip),
@@ -772,7 +773,7 @@ fn candidate<'s>(
     // Service gets no listener at all (the webhook refuses such a list for
     // tenants; this holds for operator namespaces and older objects).
     let mut ranges_refused = None;
-    match spec.and_then(|s| s.load_balancer_source_ranges.as_deref()) {
+    match spec.and_then(|s| s.load_balancer_source_ranges()) {
         None | Some([]) => {}
         Some(list) => match teapot_api::admission::source_ranges(list) {
             Ok(nets) => options.source_ranges = Some(Arc::new(SourceRanges::new(nets))),
@@ -807,7 +808,7 @@ fn candidate<'s>(
 /// or one of each family), and on each the ports written there without an
 /// error (teapot writes both; a status without ports tells the address
 /// only).
-fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
+fn status_holding(service: &CompactService) -> Option<super::allocation::Holding> {
     let ingress = service
         .status
         .as_ref()?
@@ -845,7 +846,7 @@ fn status_holding(service: &Service) -> Option<super::allocation::Holding> {
 /// (where the LB cluster's API server may have defaulted them to its own
 /// family). A value that cannot be read is reported and the spec used
 /// instead.
-fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, FamilyPolicy) {
+fn families(service: &CompactService, problems: &mut Vec<String>) -> (Vec<Family>, FamilyPolicy) {
     let spec = service.spec.as_ref();
     let mut annotation = |key: &str| -> Option<&'static str> {
         let value = service.metadata.annotations.as_ref()?.get(key)?;
@@ -895,7 +896,11 @@ fn families(service: &Service, problems: &mut Vec<String>) -> (Vec<Family>, Fami
 
 /// Reads the L4 annotations; a bad value keeps the default and is
 /// reported (the webhook refuses it for tenants before it gets here).
-fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String>) -> RouteOptions {
+fn route_options(
+    config: &L4Config,
+    service: &CompactService,
+    problems: &mut Vec<String>,
+) -> RouteOptions {
     let mut o = RouteOptions {
         source_ranges: None,
         proxy_protocol: false,
@@ -905,7 +910,7 @@ fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String
     };
     for (key, value) in service.metadata.annotations.iter().flatten() {
         let known = matches!(
-            key.as_str(),
+            key,
             "teapot.dev/proxy-protocol"
                 | "teapot.dev/udp-idle-timeout"
                 | "teapot.dev/tcp-idle-timeout"
@@ -917,7 +922,7 @@ fn route_options(config: &L4Config, service: &Service, problems: &mut Vec<String
             continue;
         }
         match annotations::parse(ObjectKind::Service, key, value) {
-            Ok(v) => match (key.as_str(), v) {
+            Ok(v) => match (key, v) {
                 ("teapot.dev/proxy-protocol", AnnotationValue::Word("v2")) => {
                     o.proxy_protocol = true
                 }
