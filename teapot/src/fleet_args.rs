@@ -27,8 +27,8 @@ pub(crate) struct FleetArgs {
         value_parser = parse_service
     )]
     fleet_service: Option<(String, String)>,
-    /// This replica's UDP address for the exchange with its peers.
-    #[arg(long, default_value = "0.0.0.0:7946")]
+    /// This replica's UDP address for the exchange with its peers (an IPv6 address bracketed or not: `fd00::1:7946`).
+    #[arg(long, default_value = "0.0.0.0:7946", value_parser = crate::listen_addr::socket_addr)]
     fleet_listen: SocketAddr,
     /// File holding the fleet's key (at least 16 bytes, the same on every replica): every datagram of the exchange is authenticated with HMAC-SHA256 under it; one that does not verify is dropped unread.
     #[arg(long)]

@@ -481,22 +481,25 @@ fn container_args(docs: &[Value], component: &str) -> Vec<String> {
 
 /// `teapot ARGS --help` succeeds only if every flag before `--help`
 /// exists and its value parses (clap stops at --help before checking
-/// requirements, so nothing starts).
+/// requirements, so nothing starts), on an IPv4 pod and an IPv6 one
+/// (Kubernetes substitutes `$(POD_IP)` unbracketed).
 fn assert_flags_exist(args: &[String], label: &str) {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.replace("$(POD_IP)", "10.0.0.7"))
-        .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run teapot");
-    assert!(
-        out.status.success(),
-        "{label}: teapot refuses the chart's arguments {args:?}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for pod_ip in ["10.0.0.7", "fd00:10::7"] {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("$(POD_IP)", pod_ip))
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
+            .args(&args)
+            .arg("--help")
+            .output()
+            .expect("run teapot");
+        assert!(
+            out.status.success(),
+            "{label}: teapot refuses the chart's arguments {args:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
