@@ -79,7 +79,7 @@ async fn a_udp_port_held_elsewhere_leaves_https_alone_or_stops_an_http3_start() 
 
     // Default: the proxy starts, HTTPS answers over TCP, nothing probes
     // or advertises HTTP/3.
-    let proxy = ProxyProcess::start_on(
+    let mut proxy = ProxyProcess::start_on(
         &teapot_bin(),
         dir.path(),
         ("127.0.0.1:0", &https, "127.0.0.1:0"),
@@ -110,7 +110,9 @@ async fn a_udp_port_held_elsewhere_leaves_https_alone_or_stops_an_http3_start() 
     let (code, metrics) = proxy.admin_get("/metrics").await.unwrap();
     assert_eq!(code, 200);
     assert!(!metrics.contains("teapot_http3_probes_total"), "{metrics}");
-    drop(proxy);
+    // Gone before the next start binds the same TCP port.
+    proxy.terminate().unwrap();
+    proxy.wait(Duration::from_secs(30)).await.unwrap();
 
     // `--http3`: the start fails, and says why.
     let out = tokio::process::Command::new(teapot_bin())
