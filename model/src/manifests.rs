@@ -90,6 +90,8 @@ pub struct FileCache {
     /// duplicate or a refusal there makes which definition serves depend
     /// on other files, so [`read_slice_files`] leaves them to a whole load.
     problem_objects: std::collections::HashSet<String>,
+    /// Loads [`load_named`] made instead of a whole one.
+    by_name: usize,
 }
 
 #[derive(Debug)]
@@ -134,6 +136,11 @@ impl FileCache {
 
     fn names_problem(&self, key: &ObjectKey) -> bool {
         !self.problem_objects.is_empty() && self.problem_objects.contains(&key.to_string())
+    }
+
+    /// Loads made from the named files alone ([`load_named`]).
+    pub fn loads_by_name(&self) -> usize {
+        self.by_name
     }
 
     /// Files the last load took over unparsed.
@@ -304,6 +311,126 @@ pub fn read_slice_files(
         out.entries.push((path.clone(), Some(entry)));
     }
     Some(out)
+}
+
+/// [`load_dir_cached`] for a change a watcher named (`paths`, written
+/// whole or removed): the previous store copied whole, the objects of the
+/// named files replaced by what they hold now, and nothing else read. The
+/// copy keeps every `Arc` and walks no file; a whole load reads and
+/// hashes every file and takes each object over by key, which at 100k
+/// Ingresses was most of a route change (benches/route-table.md, "Where a
+/// route change goes"). The result is the store the whole load would make:
+/// `previous` stays whole for the tenant check, as for a whole load.
+///
+/// `None` (nothing changed in `cache`) when only a whole load can say what
+/// serves: no whole load yet or a file unread at the last one, any problem
+/// standing from it, a named directory, dot-path or unreadable file, a
+/// document that does not parse or validate, an object defined by another
+/// file or by two of the named ones. A named path that is not a manifest
+/// is skipped, as the whole load skips it.
+pub fn load_named(
+    dir: &Path,
+    paths: &[PathBuf],
+    previous: &Store,
+    cache: &mut FileCache,
+) -> Option<Loaded> {
+    if cache.files.is_empty()
+        || cache.unread
+        || !cache.problem_objects.is_empty()
+        || cache.files.values().any(|f| !f.clean)
+    {
+        return None;
+    }
+    // Per named file that changed: its keys before, and what it holds now
+    // (`None`: gone).
+    let mut read: Vec<(&PathBuf, Option<(Loaded, CachedFile)>)> = Vec::new();
+    let mut added: std::collections::HashSet<ObjectKey> = std::collections::HashSet::new();
+    for path in paths {
+        let relative = path.strip_prefix(dir).ok()?;
+        if relative
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+        {
+            return None;
+        }
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => return None,
+            Ok(_) if !is_manifest(path) => continue,
+            Err(_) if !is_manifest(path) => return None,
+            _ => {}
+        }
+        if read.iter().any(|(p, _)| *p == path) {
+            continue;
+        }
+        let cached = cache.files.get(path);
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if cached.is_some() {
+                    read.push((path, None));
+                }
+                continue;
+            }
+            Err(_) => return None,
+        };
+        if cached.is_some_and(|c| c.len == text.len() && c.hash == text_hash(&text)) {
+            continue;
+        }
+        let mut part = Loaded::default();
+        load_text(path, &text, previous, &mut part);
+        if !part.problems.is_empty() {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(part.store.len());
+        part.store
+            .for_each_key(|key, origin| keys.push((key, origin.document)));
+        keys.sort_by_key(|(_, document)| *document);
+        for (key, _) in &keys {
+            // Defined by another file (one of the named ones included, as
+            // an object moved between two): the whole load says which
+            // definition serves.
+            let elsewhere = previous
+                .origin(key)
+                .is_some_and(|origin| origin.file != *path);
+            if elsewhere || !added.insert(key.clone()) {
+                return None;
+            }
+        }
+        let entry = CachedFile {
+            len: text.len(),
+            hash: text_hash(&text),
+            keys,
+            clean: false,
+        };
+        read.push((path, Some((part, entry))));
+    }
+    let mut loaded = Loaded {
+        store: previous.clone(),
+        problems: Vec::new(),
+    };
+    let mut changed = Vec::new();
+    let parsed = read.iter().filter(|(_, now)| now.is_some()).count();
+    for (path, now) in read {
+        if let Some(old) = cache.files.remove(path) {
+            for (key, _) in old.keys {
+                loaded.store.remove(&key);
+                changed.push(key);
+            }
+        }
+        if let Some((part, entry)) = now {
+            for (key, _) in &entry.keys {
+                loaded.store.retain_from(&part.store, key);
+                changed.push(key.clone());
+            }
+            cache.files.insert(path.clone(), entry);
+        }
+    }
+    // Every file is clean until the tenant check says otherwise
+    // (`FileCache::settle`), as after a whole load.
+    cache.taken_over = cache.files.len() - parsed;
+    cache.changed = Some(changed);
+    cache.by_name += 1;
+    Some(loaded)
 }
 
 /// [`load_dir`], taking unchanged clean files over from `cache` and leaving
@@ -977,5 +1104,93 @@ mod tests {
         // with the one stored: kept.
         let ingress = &l.store.ingresses.values().next().unwrap().object;
         assert!(ingress.status.is_some());
+    }
+
+    /// A named change is read from its files alone and gives the store a
+    /// whole load would; where only a whole load can say which definition
+    /// serves, nothing is read by name and the cache is left as it was.
+    #[test]
+    fn named_files_load_alone_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = |ns: &str, port: u16| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: a, namespace: {ns}}}\nspec:\n  ports: [{{port: {port}}}]\n"
+            )
+        };
+        let path = |file: &str| dir.path().join(file);
+        let write = |file: &str, text: &str| std::fs::write(path(file), text).unwrap();
+        write("a.yaml", &svc("one", 80));
+        write("b.yaml", &svc("two", 80));
+        let mut cache = FileCache::default();
+        let first = load_dir_cached(dir.path(), &Store::default(), &mut cache);
+        cache.settle(&first.problems);
+        let keys = |store: &Store| {
+            let mut all = Vec::new();
+            store.for_each_key(|k, o| all.push((k, o.clone())));
+            all.sort();
+            all
+        };
+        let port = |store: &Store, ns: &str| {
+            store.services[&crate::store::NsName::new(ns, "a")]
+                .object
+                .spec
+                .as_ref()
+                .and_then(|s| s.ports.as_deref())
+                .map(|p| p[0].port)
+        };
+
+        // A changed file and a new one, by name.
+        write("b.yaml", &svc("two", 81));
+        write("c.yaml", &svc("three", 80));
+        let named = [path("b.yaml"), path("c.yaml")];
+        let second = load_named(dir.path(), &named, &first.store, &mut cache).expect("by name");
+        cache.settle(&second.problems);
+        assert_eq!(cache.loads_by_name(), 1);
+        assert_eq!(cache.taken_over(), 1);
+        assert_eq!(
+            keys(&second.store),
+            keys(&load_dir(dir.path(), &first.store).store)
+        );
+        assert_eq!(port(&second.store, "two"), Some(81));
+        assert!(Arc::ptr_eq(
+            &first.store.services[&crate::store::NsName::new("one", "a")].object,
+            &second.store.services[&crate::store::NsName::new("one", "a")].object
+        ));
+
+        // A file gone, by name.
+        std::fs::remove_file(path("c.yaml")).unwrap();
+        let third =
+            load_named(dir.path(), &[path("c.yaml")], &second.store, &mut cache).expect("by name");
+        cache.settle(&third.problems);
+        assert_eq!(
+            keys(&third.store),
+            keys(&load_dir(dir.path(), &second.store).store)
+        );
+
+        // Defined by another file as well, a document that does not parse,
+        // a directory named: each is left to a whole load.
+        write("d.yaml", &svc("one", 90));
+        assert!(load_named(dir.path(), &[path("d.yaml")], &third.store, &mut cache).is_none());
+        std::fs::remove_file(path("d.yaml")).unwrap();
+        write("b.yaml", "kind: [\n");
+        assert!(load_named(dir.path(), &[path("b.yaml")], &third.store, &mut cache).is_none());
+        assert!(
+            load_named(
+                dir.path(),
+                &[dir.path().to_path_buf()],
+                &third.store,
+                &mut cache
+            )
+            .is_none()
+        );
+        assert_eq!(cache.loads_by_name(), 2);
+
+        // After a whole load with a problem standing, nothing is read by
+        // name until it is gone.
+        let fourth = load_dir_cached(dir.path(), &third.store, &mut cache);
+        cache.settle(&fourth.problems);
+        assert_eq!(fourth.problems.len(), 1);
+        write("a.yaml", &svc("one", 82));
+        assert!(load_named(dir.path(), &[path("a.yaml")], &fourth.store, &mut cache).is_none());
     }
 }

@@ -206,18 +206,18 @@ impl Reloader {
                 InPlace::NotSlices => {}
                 InPlace::Compile(why) => {
                     tracing::debug!(why, "an EndpointSlice change needs a compile");
-                    return self.load_and_apply(state, false, started);
+                    return self.load_and_apply(state, named, false, started);
                 }
             }
         }
-        self.load_and_apply(state, true, started)
+        self.load_and_apply(state, named, true, started)
     }
 
     /// One load -> compile -> swap, whatever changed: another loop's state
     /// the compile reads did.
     pub fn reload_compiling(&self) -> u64 {
         let started = std::time::Instant::now();
-        self.load_and_apply(self.state.lock(), false, started)
+        self.load_and_apply(self.state.lock(), None, false, started)
     }
 
     /// Whether the files `paths` held EndpointSlices alone at the last
@@ -330,9 +330,13 @@ impl Reloader {
         refreshed
     }
 
+    /// One load (of the files `named` alone when they say all that
+    /// changed: `manifests::load_named`), then the tenant check and either
+    /// the endpoint cells updated in place or a compile and swap.
     fn load_and_apply(
         &self,
         mut state: parking_lot::MutexGuard<'_, ReloadState>,
+        named: Option<&[PathBuf]>,
         endpoints_in_place: bool,
         started: std::time::Instant,
     ) -> u64 {
@@ -344,7 +348,16 @@ impl Reloader {
                     state.loaded = Some(fingerprint(dir));
                 }
                 let state = &mut *state;
-                let loaded = load_dir_cached(dir, &state.store, &mut state.files);
+                let loaded = named
+                    .and_then(|named| {
+                        teapot_model::manifests::load_named(
+                            dir,
+                            named,
+                            &state.store,
+                            &mut state.files,
+                        )
+                    })
+                    .unwrap_or_else(|| load_dir_cached(dir, &state.store, &mut state.files));
                 (loaded, state.files.changed().map(<[_]>::to_vec))
             }
             // Before every watch has listed, the store is a partial
@@ -442,6 +455,7 @@ impl Reloader {
             compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
             reload_ms = started.elapsed().as_secs_f64() * 1e3,
             files_taken_over = state.files.taken_over(),
+            loads_by_name = state.files.loads_by_name(),
             slice_verdicts_reused = state.verdicts.reused(),
             namespaces_reused = state.parts.reused_namespaces(),
             "snapshot swapped in"
@@ -631,6 +645,9 @@ mod tests {
         /// Per tenant and slice: the endpoints' generation, or `None`
         /// when the slice's file is gone.
         slices: [[Option<u8>; 3]; TENANTS],
+        /// Per tenant: the path of its second Ingress, in a file of its
+        /// own (a route change).
+        route: [u8; TENANTS],
     }
 
     impl World {
@@ -639,9 +656,11 @@ mod tests {
                 dir: tempfile::tempdir().unwrap(),
                 port: [80; TENANTS],
                 slices: [[Some(0), Some(0), None]; TENANTS],
+                route: [0; TENANTS],
             };
             for t in 0..TENANTS {
                 world.write_tenant(t);
+                world.write_route(t);
                 for s in 0..2 {
                     world.write(&world.slice_path(t, s), &world.slice(t, s, 0, t));
                 }
@@ -655,6 +674,18 @@ mod tests {
                 "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t{t}}}\nspec: {{cluster: t{t}, nodeCIDRs: [10.{t}.0.0/16]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: {port}}}]}}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{name: http}}}}}}}}]}}\n"
             );
             self.write(&self.dir.path().join(format!("t{t}.yaml")), &text);
+        }
+
+        fn write_route(&self, t: usize) {
+            let text = format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: api, namespace: tenant-t{t}}}\nspec:\n  ingressClassName: teapot\n  rules:\n  - http: {{paths: [{{path: /v{}, pathType: Prefix, backend: {{service: {{name: web, port: {{name: http}}}}}}}}]}}\n",
+                self.route[t]
+            );
+            self.write(&self.route_path(t), &text);
+        }
+
+        fn route_path(&self, t: usize) -> PathBuf {
+            self.dir.path().join(format!("t{t}-route.yaml"))
         }
 
         /// Slice `s` of tenant `t`, its endpoints in `net` (another
@@ -678,12 +709,43 @@ mod tests {
         }
 
         /// One random change, mostly of EndpointSlices; returns the paths
-        /// it wrote or removed.
-        fn change(&mut self, rng: &mut impl Rng) -> Vec<PathBuf> {
+        /// it wrote or removed. `troubled`: also refused, broken and
+        /// doubly defined slices, whose problems make later reloads whole.
+        fn change(&mut self, rng: &mut impl Rng, troubled: bool) -> Vec<PathBuf> {
             let t = rng.random_range(0..TENANTS);
             let s = rng.random_range(0..3);
             let path = self.slice_path(t, s);
-            match rng.random_range(0..20) {
+            let arm = match rng.random_range(0..24) {
+                1..=3 if !troubled => 6,
+                // The route's file removed, or written again.
+                23 if !troubled => {
+                    let path = self.route_path(t);
+                    if path.exists() {
+                        std::fs::remove_file(&path).unwrap();
+                    } else {
+                        self.write_route(t);
+                    }
+                    return vec![path];
+                }
+                arm => arm,
+            };
+            match arm {
+                // A route change: the files named hold it alone.
+                20..=22 => {
+                    self.route[t] = (self.route[t] + 1) % 5;
+                    self.write_route(t);
+                    return vec![self.route_path(t)];
+                }
+                // The same Ingress defined by a second file as well.
+                23 => {
+                    let path = self.dir.path().join(format!("t{t}-route-copy.yaml"));
+                    if path.exists() {
+                        std::fs::remove_file(&path).unwrap();
+                    } else {
+                        self.write(&path, &std::fs::read_to_string(self.route_path(t)).unwrap());
+                    }
+                    return vec![path];
+                }
                 0 => {
                     self.port[t] = if self.port[t] == 80 { 8080 } else { 80 };
                     self.write_tenant(t);
@@ -719,12 +781,23 @@ mod tests {
         hosts
             .into_iter()
             .map(|host| {
-                let route = snapshot.routes.lookup(host, "/").expect("routed");
+                // A host of the versioned Ingress alone routes no `/`.
+                let route = snapshot.routes.lookup(host, "/").or_else(|| {
+                    (0..5).find_map(|v| snapshot.routes.lookup(host, &format!("/v{v}")))
+                });
+                let route = route.expect("routed");
                 let mut endpoints: Vec<String> = (route.upstream.endpoints.load().iter())
                     .map(|e| e.addr.to_string())
                     .collect();
                 endpoints.sort();
-                format!("{host} {} {endpoints:?}", route.upstream.name)
+                // Which Ingress each versioned path reaches.
+                let paths: Vec<String> = (0..5)
+                    .map(|v| {
+                        let r = snapshot.routes.lookup(host, &format!("/v{v}"));
+                        r.map_or("-".into(), |r| r.ingress.to_string())
+                    })
+                    .collect();
+                format!("{host} {} {endpoints:?} {paths:?}", route.upstream.name)
             })
             .collect()
     }
@@ -739,11 +812,32 @@ mod tests {
     }
 
     /// The files a watcher names are all a reload reads when they hold
-    /// EndpointSlices alone; whatever it does, it serves what a load and
+    /// EndpointSlices alone, and all it parses when they hold anything
+    /// else (a route, a Tenant); whatever it does, it serves what a load and
     /// compile of the whole directory, with the same history (a refused or
     /// broken document keeps the version before), would.
     #[test]
     fn named_slice_files_are_read_alone_and_serve_what_a_whole_load_would() {
+        let (in_place, compiles, by_name) = named_files_serve_what_a_whole_load_would(true, 51);
+        assert!(in_place > 100, "{in_place} in place");
+        assert!(compiles > 20, "{compiles} compiles");
+        assert!(by_name > 0, "{by_name} loads by name");
+    }
+
+    /// Without standing problems, a route or Tenant change is read from
+    /// the files named alone (`manifests::load_named`), and serves what a
+    /// whole load would.
+    #[test]
+    fn named_route_files_are_read_alone_and_serve_what_a_whole_load_would() {
+        let (_, compiles, by_name) = named_files_serve_what_a_whole_load_would(false, 52);
+        assert!(compiles > 20, "{compiles} compiles");
+        assert!(by_name > 20, "{by_name} loads by name");
+    }
+
+    /// 300 random changes given to one reloader by name and to another
+    /// whole; after each, both serve the same. Returns the endpoint
+    /// updates made in place, the compiles and the loads by name.
+    fn named_files_serve_what_a_whole_load_would(troubled: bool, seed: u64) -> (usize, u64, usize) {
         let mut world = World::new();
         let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
         let metrics = Metrics::new().unwrap();
@@ -762,10 +856,10 @@ mod tests {
             Metrics::new().unwrap(),
         );
         reference.reload_compiling();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut in_place = 0;
         for round in 0..300 {
-            let paths = world.change(&mut rng);
+            let paths = world.change(&mut rng, troubled);
             let before = metrics.endpoint_updates_total.get();
             reloader.reload_named(Some(&paths));
             in_place += usize::from(metrics.endpoint_updates_total.get() > before);
@@ -775,8 +869,8 @@ mod tests {
             assert_eq!(report(&serving), report(&whole), "round {round}");
         }
         let compiles = metrics.reloads_total.get();
-        eprintln!("{in_place} in place, {compiles} compiles");
-        assert!(in_place > 100, "{in_place} in place");
-        assert!(compiles > 20, "{compiles} compiles");
+        let by_name = reloader.state.lock().files.loads_by_name();
+        eprintln!("{in_place} in place, {compiles} compiles, {by_name} loads by name");
+        (in_place, compiles, by_name)
     }
 }
