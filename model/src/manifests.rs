@@ -322,7 +322,7 @@ pub fn read_slice_files(
 /// route change goes"). The result is the store the whole load would make:
 /// `previous` stays whole for the tenant check, as for a whole load.
 ///
-/// `None` (nothing changed in `cache`) when only a whole load can say what
+/// `Err` (why; nothing changed in `cache`) when only a whole load can say what
 /// serves: no whole load yet or a file unread at the last one, any problem
 /// standing from it, a named directory, dot-path or unreadable file, a
 /// document that does not parse or validate, an object defined by another
@@ -333,30 +333,34 @@ pub fn load_named(
     paths: &[PathBuf],
     previous: &Store,
     cache: &mut FileCache,
-) -> Option<Loaded> {
+) -> Result<Loaded, &'static str> {
     if cache.files.is_empty()
         || cache.unread
         || !cache.problem_objects.is_empty()
         || cache.files.values().any(|f| !f.clean)
     {
-        return None;
+        return Err("no clean whole load to build on");
     }
     // Per named file that changed: its keys before, and what it holds now
     // (`None`: gone).
     let mut read: Vec<(&PathBuf, Option<(Loaded, CachedFile)>)> = Vec::new();
     let mut added: std::collections::HashSet<ObjectKey> = std::collections::HashSet::new();
     for path in paths {
-        let relative = path.strip_prefix(dir).ok()?;
+        let relative = path
+            .strip_prefix(dir)
+            .map_err(|_| "a path outside the directory")?;
         if relative
             .components()
             .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
         {
-            return None;
+            return Err("a dot-path");
         }
         match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => return None,
+            Ok(m) if m.is_dir() => return Err("a directory"),
             Ok(_) if !is_manifest(path) => continue,
-            Err(_) if !is_manifest(path) => return None,
+            Err(_) if !is_manifest(path) => {
+                return Err("a path gone that may have been a directory");
+            }
             _ => {}
         }
         if read.iter().any(|(p, _)| *p == path) {
@@ -371,7 +375,7 @@ pub fn load_named(
                 }
                 continue;
             }
-            Err(_) => return None,
+            Err(_) => return Err("a file unreadable"),
         };
         if cached.is_some_and(|c| c.len == text.len() && c.hash == text_hash(&text)) {
             continue;
@@ -379,7 +383,7 @@ pub fn load_named(
         let mut part = Loaded::default();
         load_text(path, &text, previous, &mut part);
         if !part.problems.is_empty() {
-            return None;
+            return Err("a document with a problem");
         }
         let mut keys = Vec::with_capacity(part.store.len());
         part.store
@@ -393,7 +397,7 @@ pub fn load_named(
                 .origin(key)
                 .is_some_and(|origin| origin.file != *path);
             if elsewhere || !added.insert(key.clone()) {
-                return None;
+                return Err("an object defined by another file too");
             }
         }
         let entry = CachedFile {
@@ -430,7 +434,7 @@ pub fn load_named(
     cache.taken_over = cache.files.len() - parsed;
     cache.changed = Some(changed);
     cache.by_name += 1;
-    Some(loaded)
+    Ok(loaded)
 }
 
 /// [`load_dir`], taking unchanged clean files over from `cache` and leaving
@@ -1170,10 +1174,10 @@ mod tests {
         // Defined by another file as well, a document that does not parse,
         // a directory named: each is left to a whole load.
         write("d.yaml", &svc("one", 90));
-        assert!(load_named(dir.path(), &[path("d.yaml")], &third.store, &mut cache).is_none());
+        assert!(load_named(dir.path(), &[path("d.yaml")], &third.store, &mut cache).is_err());
         std::fs::remove_file(path("d.yaml")).unwrap();
         write("b.yaml", "kind: [\n");
-        assert!(load_named(dir.path(), &[path("b.yaml")], &third.store, &mut cache).is_none());
+        assert!(load_named(dir.path(), &[path("b.yaml")], &third.store, &mut cache).is_err());
         assert!(
             load_named(
                 dir.path(),
@@ -1181,7 +1185,7 @@ mod tests {
                 &third.store,
                 &mut cache
             )
-            .is_none()
+            .is_err()
         );
         assert_eq!(cache.loads_by_name(), 2);
 
@@ -1191,6 +1195,6 @@ mod tests {
         cache.settle(&fourth.problems);
         assert_eq!(fourth.problems.len(), 1);
         write("a.yaml", &svc("one", 82));
-        assert!(load_named(dir.path(), &[path("a.yaml")], &fourth.store, &mut cache).is_none());
+        assert!(load_named(dir.path(), &[path("a.yaml")], &fourth.store, &mut cache).is_err());
     }
 }

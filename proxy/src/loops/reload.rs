@@ -348,16 +348,17 @@ impl Reloader {
                     state.loaded = Some(fingerprint(dir));
                 }
                 let state = &mut *state;
-                let loaded = named
-                    .and_then(|named| {
-                        teapot_model::manifests::load_named(
-                            dir,
-                            named,
-                            &state.store,
-                            &mut state.files,
-                        )
-                    })
-                    .unwrap_or_else(|| load_dir_cached(dir, &state.store, &mut state.files));
+                let by_name = named.map(|named| {
+                    teapot_model::manifests::load_named(dir, named, &state.store, &mut state.files)
+                });
+                let loaded = match by_name {
+                    Some(Ok(loaded)) => loaded,
+                    Some(Err(why)) => {
+                        tracing::debug!(why, "the files named need a whole load");
+                        load_dir_cached(dir, &state.store, &mut state.files)
+                    }
+                    None => load_dir_cached(dir, &state.store, &mut state.files),
+                };
                 (loaded, state.files.changed().map(<[_]>::to_vec))
             }
             // Before every watch has listed, the store is a partial
