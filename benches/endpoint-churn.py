@@ -235,16 +235,16 @@ def run_one(binary, n, ports, rate, seconds):
                 for line in text.splitlines():
                     if "snapshot swapped in" not in line:
                         continue
-                    for k in phases:
-                        m = re.search(rf"\b{k}=([0-9.]+)", line)
+                    for phase in phases:
+                        m = re.search(rf"\b{phase}=([0-9.]+)", line)
                         if m:
-                            phases[k].append(float(m.group(1)))
+                            phases[phase].append(float(m.group(1)))
             write_routes(manifests, k)
             time.sleep(0.5 + n / 20000)
         out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in route_served)
-        for k, v in phases.items():
+        for phase, v in phases.items():
             if v:
-                out[f"route_change_{k}"] = sorted(round(x, 1) for x in v)
+                out[f"route_change_{phase}"] = sorted(round(x, 1) for x in v)
         # A steady stream over different namespaces.
         if rate:
             lat, lock = [], threading.Lock()
