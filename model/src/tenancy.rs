@@ -1130,6 +1130,20 @@ mod tests {
         );
     }
 
+    /// `text` read as one file with no problem, then admitted.
+    pub(super) fn loaded_and_admitted(text: &str) -> Loaded {
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(
+            std::path::Path::new("t.yaml"),
+            text,
+            &Store::default(),
+            &mut loaded,
+        );
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        loaded
+    }
+
     /// The store keeps the last-applied annotation's key alone
     /// (`validate::parse_object`): a tenant's object carrying it is
     /// refused as before, by the key; one without is served.
@@ -1149,15 +1163,7 @@ mod tests {
             ),
             ingress("plain", "  managedFields: [{manager: kubectl}]\n"),
         );
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            &text,
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        let loaded = loaded_and_admitted(&text);
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
         let p = &loaded.problems[0];
         assert_eq!(p.object.as_deref(), Some("Ingress tenant-acme/applied"));
@@ -1193,16 +1199,7 @@ mod service_tests {
             TENANT.replace("MAX", &max.to_string()),
             services.join("---\n")
         );
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            &text,
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        admit(&mut loaded, &Store::default(), "example.net", &[]);
-        loaded
+        super::tests::loaded_and_admitted(&text)
     }
 
     /// The store keeps Services compact ([`crate::service`]); the tenant

@@ -483,7 +483,7 @@ fn container_args(docs: &[Value], component: &str) -> Vec<String> {
 /// exists and its value parses (clap stops at --help before checking
 /// requirements, so nothing starts), on an IPv4 pod and an IPv6 one
 /// (Kubernetes substitutes `$(POD_IP)` unbracketed).
-fn assert_flags_exist(args: &[String], label: &str) {
+pub(crate) fn assert_flags_exist(args: &[String], label: &str) {
     for pod_ip in ["10.0.0.7", "fd00:10::7"] {
         let args: Vec<String> = args
             .iter()

@@ -6,12 +6,12 @@
 //! and `--no-http3`.
 
 use std::path::Path;
-use std::process::Command;
 
 use k8s_openapi::api::core::v1::Service;
 use serde_json::{Value, json};
 
 use crate::chart_tools;
+use crate::charts::assert_flags_exist;
 use chart_tools::{chart, helm, strs, try_render};
 
 fn render(helm: &Path, values: &str, set: &[&str]) -> Vec<Value> {
@@ -42,24 +42,6 @@ fn proxy_service(docs: &[Value]) -> &Value {
 
 fn port<'a>(ports: &'a Value, name: &str) -> Option<&'a Value> {
     ports.as_array()?.iter().find(|p| p["name"] == name)
-}
-
-/// `teapot ARGS --help` succeeds only if every flag exists and parses.
-fn assert_flags_exist(args: &[String]) {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.replace("$(POD_IP)", "10.0.0.7"))
-        .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_teapot"))
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run teapot");
-    assert!(
-        out.status.success(),
-        "teapot refuses the chart's arguments {args:?}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -114,7 +96,7 @@ fn http3_opens_udp_beside_tcp_and_advertises_the_clients_port() {
             advertised,
             "{values}: {args:?}"
         );
-        assert_flags_exist(&args);
+        assert_flags_exist(&args, "proxy.http3");
         let service = proxy_service(&docs);
         let typed: Service = serde_json::from_value(service.clone()).expect("a Service");
         let ports = typed.spec.and_then(|s| s.ports).unwrap_or_default();
@@ -152,7 +134,7 @@ fn http3_off_opens_nothing_and_advertise_false_is_passed() {
         let args = strs(&container["args"]);
         assert!(args.iter().any(|a| a == "--no-http3"), "{args:?}");
         assert!(!args.iter().any(|a| a.starts_with("--http3")), "{args:?}");
-        assert_flags_exist(&args);
+        assert_flags_exist(&args, "proxy.http3");
 
         let docs = render(
             &helm,
@@ -167,7 +149,7 @@ fn http3_off_opens_nothing_and_advertise_false_is_passed() {
             assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
         }
         assert!(!args.iter().any(|a| a.starts_with("--http3-probe-address")));
-        assert_flags_exist(&args);
+        assert_flags_exist(&args, "proxy.http3");
     }
 }
 
