@@ -880,15 +880,7 @@ mod tests {
     #[test]
     fn hosts_are_held_across_ingresses_and_gateway_routes() {
         let text = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme, allowedDomains: [acme.example.org]}\n---\napiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: globex}\nspec: {cluster: globex}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: shop, namespace: ops}\nspec:\n  hostnames: [\"*.shop.acme.example.org\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: deep.default, namespace: tenant-acme}\nspec:\n  ingressClassName: teapot\n  rules: [{host: a.b.shop.acme.example.org}]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: grafana, namespace: ops, creationTimestamp: \"2024-03-01T00:00:00Z\"}\nspec:\n  ingressClassName: teapot\n  rules: [{host: grafana.ops-corp.test}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web.default, namespace: tenant-acme, creationTimestamp: \"2024-02-01T00:00:00Z\"}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [grafana.ops-corp.test]\n";
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            text,
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-        admit(&mut loaded, &Store::default(), "example.net", &[]);
+        let loaded = loaded_and_admitted(text);
         let mut refused: Vec<&str> = loaded
             .problems
             .iter()
