@@ -223,20 +223,8 @@ pub fn read_slice_files(
     let mut out = SliceFiles::default();
     let mut added: std::collections::HashSet<ObjectKey> = std::collections::HashSet::new();
     for path in paths {
-        let relative = path.strip_prefix(dir).ok()?;
-        if relative
-            .components()
-            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
-        {
-            return None;
-        }
-        let meta = std::fs::metadata(path);
-        match &meta {
-            Ok(m) if m.is_dir() => return None,
-            Ok(_) if !is_manifest(path) => continue,
-            // A path gone that could have been a directory of manifests.
-            Err(_) if !is_manifest(path) => return None,
-            _ => {}
+        if !named_manifest(dir, path).ok()? {
+            continue;
         }
         let cached = cache.files.get(path);
         if cached.is_some_and(|c| !c.clean) {
@@ -263,7 +251,8 @@ pub fn read_slice_files(
             out.entries.push((path.clone(), None));
             continue;
         };
-        if cached.is_some_and(|c| c.len == text.len() && c.hash == text_hash(&text)) {
+        let hash = text_hash(&text);
+        if cached.is_some_and(|c| c.len == text.len() && c.hash == hash) {
             continue;
         }
         let mut loaded = Loaded::default();
@@ -304,13 +293,35 @@ pub fn read_slice_files(
             }));
         let entry = CachedFile {
             len: text.len(),
-            hash: text_hash(&text),
+            hash,
             keys,
             clean: true,
         };
         out.entries.push((path.clone(), Some(entry)));
     }
     Some(out)
+}
+
+/// Whether `path`, which a watcher named under `dir`, is a manifest to
+/// read (`Ok(true)`) or a path the whole load skips (`Ok(false)`);
+/// `Err` (why) when only a whole load can follow it: outside `dir`, a
+/// dot-path, a directory, or gone and perhaps a directory of manifests.
+fn named_manifest(dir: &Path, path: &Path) -> Result<bool, &'static str> {
+    let relative = path
+        .strip_prefix(dir)
+        .map_err(|_| "a path outside the directory")?;
+    if relative
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+    {
+        return Err("a dot-path");
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err("a directory"),
+        Ok(_) => Ok(is_manifest(path)),
+        Err(_) if !is_manifest(path) => Err("a path gone that may have been a directory"),
+        Err(_) => Ok(true),
+    }
 }
 
 /// [`load_dir_cached`] for a change a watcher named (`paths`, written
@@ -346,24 +357,7 @@ pub fn load_named(
     let mut read: Vec<(&PathBuf, Option<(Loaded, CachedFile)>)> = Vec::new();
     let mut added: std::collections::HashSet<ObjectKey> = std::collections::HashSet::new();
     for path in paths {
-        let relative = path
-            .strip_prefix(dir)
-            .map_err(|_| "a path outside the directory")?;
-        if relative
-            .components()
-            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
-        {
-            return Err("a dot-path");
-        }
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => return Err("a directory"),
-            Ok(_) if !is_manifest(path) => continue,
-            Err(_) if !is_manifest(path) => {
-                return Err("a path gone that may have been a directory");
-            }
-            _ => {}
-        }
-        if read.iter().any(|(p, _)| *p == path) {
+        if !named_manifest(dir, path)? || read.iter().any(|(p, _)| *p == path) {
             continue;
         }
         let cached = cache.files.get(path);
@@ -377,7 +371,8 @@ pub fn load_named(
             }
             Err(_) => return Err("a file unreadable"),
         };
-        if cached.is_some_and(|c| c.len == text.len() && c.hash == text_hash(&text)) {
+        let hash = text_hash(&text);
+        if cached.is_some_and(|c| c.len == text.len() && c.hash == hash) {
             continue;
         }
         let mut part = Loaded::default();
@@ -402,7 +397,7 @@ pub fn load_named(
         }
         let entry = CachedFile {
             len: text.len(),
-            hash: text_hash(&text),
+            hash,
             keys,
             clean: false,
         };

@@ -38,7 +38,7 @@ impl CompactMap {
 
     /// The entries in key order, as the map would give them.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
+        self.into_iter()
     }
 
     pub fn len(&self) -> usize {

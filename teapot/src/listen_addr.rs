@@ -22,10 +22,9 @@ pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
 /// `off`: an unbracketed `v6:PORT` is bracketed, anything else is kept for
 /// the binder to resolve or refuse.
 pub(crate) fn listener(text: &str) -> Result<String, String> {
-    Ok(match bare_v6(text) {
-        Some(addr) if text.parse::<SocketAddr>().is_err() => addr.to_string(),
-        _ => text.to_string(),
-    })
+    // A socket address never has an unbracketed IPv6 address, so what
+    // `bare_v6` reads is never one already.
+    Ok(bare_v6(text).map_or_else(|| text.to_string(), |addr| addr.to_string()))
 }
 
 fn bare_v6(text: &str) -> Option<SocketAddr> {

@@ -353,11 +353,12 @@ impl Reloader {
                 });
                 let loaded = match by_name {
                     Some(Ok(loaded)) => loaded,
-                    Some(Err(why)) => {
-                        tracing::debug!(why, "the files named need a whole load");
+                    by_name => {
+                        if let Some(Err(why)) = by_name {
+                            tracing::debug!(why, "the files named need a whole load");
+                        }
                         load_dir_cached(dir, &state.store, &mut state.files)
                     }
-                    None => load_dir_cached(dir, &state.store, &mut state.files),
                 };
                 (loaded, state.files.changed().map(<[_]>::to_vec))
             }
