@@ -15,9 +15,11 @@ use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored};
 use teapot_model::tenancy::Tenancy;
 
 use crate::compile::endpoint_cells::{EndpointCells, PortKey};
-use crate::compile::parts::{BackendName, CompiledParts, CurrentInputs, Reuse};
+use crate::compile::parts::{BackendName, Kept, Reuse};
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::EndpointRegistry;
+
+type FastHashSet<T> = hashbrown::HashSet<T, foldhash::fast::RandomState>;
 
 /// Resolves backend references to upstreams, once per (Service, port).
 pub(crate) struct Resolver<'a> {
@@ -28,10 +30,14 @@ pub(crate) struct Resolver<'a> {
     cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
     /// Upstreams of unchanged namespaces, from the last compile.
     reuse: Reuse<'a>,
-    /// The endpoint cells of every upstream handed out, by Service, for
-    /// EndpointSlice changes that need no compile
-    /// (crate::compile::endpoint_sets).
+    /// The endpoint cells of the upstreams resolved outside the cache, by
+    /// Service, for EndpointSlice changes that need no compile
+    /// (crate::compile::endpoint_sets); the cache's are recorded when the
+    /// compile hands its parts on ([`Resolver::into_kept`]).
     cells: RefCell<EndpointCells>,
+    /// Namespaces the last compile's upstreams were taken from that also
+    /// resolved one afresh: their parts are built again, not handed on.
+    fresh: RefCell<FastHashSet<String>>,
 }
 
 /// The EndpointSlices of one Service. Most Services have one slice; a Vec
@@ -187,6 +193,7 @@ impl<'a> Resolver<'a> {
             cache: FastHashMap::default(),
             reuse,
             cells: RefCell::default(),
+            fresh: RefCell::default(),
         }
     }
 
@@ -247,42 +254,57 @@ impl<'a> Resolver<'a> {
                 .get(namespace, &backend_name(namespace, name, &port))
                 .cloned()
         });
-        let upstream = match reused.flatten() {
-            Some(u) => {
-                self.cells
-                    .borrow_mut()
-                    .record(namespace, name, PortKey::from(&port), &u);
-                u
+        let upstream = match reused {
+            Some(Some(u)) => u,
+            Some(None) => {
+                self.mark_fresh(namespace);
+                Arc::new(self.resolve_unrecorded(namespace, name, &port))
             }
-            None => Arc::new(self.resolve(namespace, name, &port)),
+            None => Arc::new(self.resolve_unrecorded(namespace, name, &port)),
         };
         self.cache.insert(key, upstream.clone());
         upstream
     }
 
-    /// This compile's upstreams, kept per namespace for the next one.
-    pub(crate) fn into_parts(
-        self,
-        inputs: &CurrentInputs<'_>,
-        tenants: &[&Arc<teapot_api::Tenant>],
-        lb_networks: &[ipnet::IpNet],
-    ) -> CompiledParts {
-        let mut reused: Vec<&str> = self
-            .cache
-            .keys()
-            .map(|(ns, _, _)| *ns)
-            .filter(|ns| self.reuse.reused(ns))
-            .collect();
-        reused.sort_unstable();
-        reused.dedup();
-        let upstreams = self
-            .cache
+    fn mark_fresh(&self, namespace: &str) {
+        let mut fresh = self.fresh.borrow_mut();
+        if !fresh.contains(namespace) {
+            fresh.insert(namespace.to_string());
+        }
+    }
+
+    /// What this compile hands on ([`crate::compile::parts::keep`]): a
+    /// namespace whose every upstream came from the last compile, and
+    /// which has as many as it had then, has the very same ones, and its
+    /// part is handed on whole; every other namespace's upstreams are
+    /// named and their endpoint cells recorded.
+    pub(crate) fn into_kept(self) -> Kept {
+        let fresh = self.fresh.into_inner();
+        let mut counts: FastHashMap<&str, usize> = FastHashMap::default();
+        for (ns, _, _) in self.cache.keys() {
+            *counts.entry(ns).or_default() += 1;
+        }
+        let reused = counts.keys().filter(|ns| self.reuse.reused(ns)).count();
+        let carried: FastHashSet<&str> = counts
             .iter()
-            .map(|((ns, name, port), u)| (ns.to_string(), backend_name(ns, name, port), u.clone()));
-        let mut parts =
-            crate::compile::parts::keep(inputs, tenants, lb_networks, upstreams, reused.len());
-        parts.set_cells(self.cells.into_inner());
-        parts
+            .filter(|(ns, n)| !fresh.contains(**ns) && self.reuse.kept(ns) == Some(**n))
+            .map(|(ns, _)| *ns)
+            .collect();
+        let mut cells = self.cells.into_inner();
+        let mut upstreams = Vec::new();
+        for ((ns, name, port), u) in &self.cache {
+            if carried.contains(ns) {
+                continue;
+            }
+            cells.record(ns, name, PortKey::from(port), u);
+            upstreams.push((ns.to_string(), backend_name(ns, name, port), u.clone()));
+        }
+        Kept {
+            carried: carried.into_iter().map(str::to_string).collect(),
+            upstreams,
+            cells,
+            reused,
+        }
     }
 
     /// The first port of the Service `namespace/name` (ingress-nginx's
@@ -296,6 +318,11 @@ impl<'a> Resolver<'a> {
     /// The upstream of a Service port, from the store; its endpoint cell is
     /// recorded for changes of the Service's EndpointSlices.
     pub(crate) fn resolve(&self, namespace: &str, name: &str, port: &PortRef) -> Upstream {
+        // Outside the cache, made anew by every compile: its namespace's
+        // cells are recorded again, never handed on.
+        if self.reuse.reused(namespace) {
+            self.mark_fresh(namespace);
+        }
         let upstream = self.resolve_unrecorded(namespace, name, port);
         self.cells
             .borrow_mut()

@@ -25,19 +25,34 @@ pub(crate) struct Entry {
     pub(crate) refused: Vec<String>,
 }
 
-/// The cells of one compile's upstreams by Service (`namespace`, `name`).
+/// The cells of one compile's upstreams by Service (`namespace`, `name`),
+/// kept per namespace so that a compile hands an unchanged namespace's
+/// cells on whole (crate::compile::parts).
 #[derive(Debug, Default)]
 pub struct EndpointCells {
-    by_service: FastHashMap<(String, String), Vec<Entry>>,
+    by_namespace: FastHashMap<String, NamespaceCells>,
+}
+
+/// One namespace's cells, by Service name.
+#[derive(Debug, Default)]
+pub(crate) struct NamespaceCells {
+    by_service: FastHashMap<String, Vec<Entry>>,
 }
 
 impl EndpointCells {
     pub(crate) fn record(&mut self, namespace: &str, name: &str, port: PortKey, u: &Upstream) {
-        let entries = self
-            .by_service
-            .entry((namespace.to_string(), name.to_string()))
+        let services = match self.by_namespace.get_mut(namespace) {
+            Some(services) => services,
+            None => self.by_namespace.entry(namespace.to_string()).or_default(),
+        };
+        let entries = match services.by_service.get_mut(name) {
+            Some(entries) => entries,
             // Most Services have one port: a first push would reserve four.
-            .or_insert_with(|| Vec::with_capacity(1));
+            None => services
+                .by_service
+                .entry(name.to_string())
+                .or_insert_with(|| Vec::with_capacity(1)),
+        };
         if entries.iter().any(|e| Arc::ptr_eq(&e.cell, &u.endpoints)) {
             return;
         }
@@ -50,19 +65,30 @@ impl EndpointCells {
     }
 
     /// The cells recorded for the Service (`namespace`, `name`).
-    pub(crate) fn of_service(
-        &self,
-        service: &(String, String),
-    ) -> Option<(&(String, String), &Vec<Entry>)> {
-        self.by_service.get_key_value(service)
+    pub(crate) fn of_service(&self, (namespace, name): &(String, String)) -> Option<&Vec<Entry>> {
+        self.by_namespace.get(namespace)?.by_service.get(name)
+    }
+
+    /// Takes a namespace's cells out, to hand them to the next compile.
+    pub(crate) fn take_namespace(&mut self, namespace: &str) -> Option<NamespaceCells> {
+        self.by_namespace.remove(namespace)
+    }
+
+    /// Puts a namespace's cells, taken from the last compile, in.
+    pub(crate) fn put_namespace(&mut self, namespace: String, cells: NamespaceCells) {
+        self.by_namespace.insert(namespace, cells);
     }
 
     /// Cells recorded.
     pub fn len(&self) -> usize {
-        self.by_service.values().map(Vec::len).sum()
+        self.by_namespace
+            .values()
+            .flat_map(|n| n.by_service.values())
+            .map(Vec::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_service.is_empty()
+        self.len() == 0
     }
 }

@@ -58,7 +58,7 @@ pub fn refresh(
     let cells = parts.cells();
     let affected: Vec<(&(String, String), &Vec<Entry>)> = services
         .iter()
-        .filter_map(|s| cells.of_service(s))
+        .filter_map(|s| Some((s, cells.of_service(s)?)))
         .collect();
     if affected.is_empty() {
         return Refreshed::Stored(0);
@@ -184,11 +184,16 @@ mod tests {
 
     /// Per tenant: a file with the Tenant, its Service and two Ingresses to
     /// it (one over HTTP/1, one over gRPC: a copy of the upstream speaking
-    /// h2c), and a file per EndpointSlice, as the agent writes them.
+    /// h2c), and a file per EndpointSlice, as the agent writes them. The
+    /// HTTP/1 Ingress replaces 503s with the pages of a second Service
+    /// (`custom-http-errors`), whose upstream the compile resolves outside
+    /// its cache; that Service's one slice is the last of the tenant's.
     struct World {
         dir: tempfile::TempDir,
         port: [u16; TENANTS],
         slices: Vec<Vec<Slice>>,
+        /// The error-page Service's one slice, per tenant.
+        pages: Vec<Slice>,
     }
 
     impl World {
@@ -202,14 +207,34 @@ mod tests {
                 dir: tempfile::tempdir().unwrap(),
                 port: [80; TENANTS],
                 slices: vec![vec![first; 2]; TENANTS],
+                pages: vec![first; TENANTS],
             };
             for t in 0..TENANTS {
                 world.write_tenant(t);
                 for s in 0..2 {
                     world.write_slice(t, s);
                 }
+                world.write_pages_slice(t);
             }
             world
+        }
+
+        fn write_pages_slice(&self, t: usize) {
+            let slice = self.pages[t];
+            let endpoints: Vec<String> = (0..2)
+                .map(|e| {
+                    format!(
+                        "{{addresses: [10.{t}.200.{}], conditions: {{ready: {}}}}}",
+                        slice.generation * 2 + e as u8,
+                        e < slice.ready
+                    )
+                })
+                .collect();
+            let text = format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: pages-0, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: pages, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30081}}]\nendpoints: [{}]\n",
+                endpoints.join(", ")
+            );
+            std::fs::write(self.path(&format!("t{t}-pages")), text).unwrap();
         }
 
         fn write_tenant(&self, t: usize) {
@@ -226,7 +251,13 @@ mod tests {
                 format!(
                     "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: {port}}}]}}\n"
                 ),
-                ingress("web", ""),
+                format!(
+                    "apiVersion: v1\nkind: Service\nmetadata: {{name: pages, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+                ),
+                ingress(
+                    "web",
+                    ", annotations: {nginx.ingress.kubernetes.io/custom-http-errors: '503', nginx.ingress.kubernetes.io/default-backend: pages}",
+                ),
                 ingress(
                     "grpc",
                     ", annotations: {nginx.ingress.kubernetes.io/backend-protocol: GRPC}",
@@ -267,7 +298,13 @@ mod tests {
             let t = rng.random_range(0..TENANTS);
             let n = self.slices[t].len();
             let s = rng.random_range(0..n);
-            match rng.random_range(0..20) {
+            match rng.random_range(0..24) {
+                20..=23 => {
+                    let pages = &mut self.pages[t];
+                    pages.generation = (pages.generation + 1) % 100;
+                    pages.ready = rng.random_range(0..3);
+                    return self.write_pages_slice(t);
+                }
                 0 => {
                     self.port[t] = if self.port[t] == 80 { 8080 } else { 80 };
                     return self.write_tenant(t);
@@ -300,7 +337,15 @@ mod tests {
                 let route = snapshot.routes.lookup(host, "/").expect("routed");
                 let u = &route.upstream;
                 let endpoints = u.endpoints.addresses();
-                format!("{host} {} h2={} {endpoints:?}", u.name, u.protocol.is_h2())
+                let pages = route
+                    .traffic()
+                    .and_then(|t| t.custom_errors.as_ref())
+                    .map(|c| c.upstream.endpoints.addresses());
+                format!(
+                    "{host} {} h2={} {endpoints:?} pages={pages:?}",
+                    u.name,
+                    u.protocol.is_h2()
+                )
             })
             .collect()
     }

@@ -202,7 +202,9 @@ pub fn compile_incremental(
     let tenant_arcs: Vec<&Arc<teapot_api::Tenant>> =
         store.tenants.values().map(|t| &t.object).collect();
     let inputs = CurrentInputs::new(store);
-    let reuse = Reuse::new(parts, &inputs, &tenant_arcs, &options.lb_networks);
+    // Taken out, so that what is handed on whole can be moved out of it.
+    let previous = std::mem::take(parts);
+    let reuse = Reuse::new(&previous, &inputs, &tenant_arcs, &options.lb_networks);
     let tenant_list: Vec<&teapot_api::Tenant> = tenant_arcs.iter().map(|t| &***t).collect();
     let holdings = Tenancy::holdings(&tenant_list);
     let tenancy = Tenancy::new(
@@ -308,7 +310,7 @@ pub fn compile_incremental(
 
     let domains = domain_report(&mut claims, options.proofs.as_deref());
     let backends = resolver.report();
-    *parts = resolver.into_parts(&inputs, &tenant_arcs, &options.lb_networks);
+    let kept = resolver.into_kept();
     let routes = ingresses.routes;
     let (passthrough, passthrough_conditions) = passthrough::compile(
         store,
@@ -345,6 +347,13 @@ pub fn compile_incremental(
             gateway_links: gateway_table.links(),
         },
     };
+    *parts = parts::keep(
+        &inputs,
+        &tenant_arcs,
+        &options.lb_networks,
+        kept,
+        previous,
+    );
     Snapshot {
         generation,
         routes,

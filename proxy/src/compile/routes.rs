@@ -21,7 +21,6 @@
 //! Ingresses inserts about a million paths, and a map (or a boxed key) per
 //! host made allocation the larger part of compile time.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -112,7 +111,7 @@ pub struct RoutePolicy {
 
 /// Keys are operator and tenant configuration, never request input, so a
 /// fast seeded hash is safe here; lookups by request hosts only probe.
-type FastMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+type FastMap<V> = hashbrown::HashMap<Box<str>, V, foldhash::fast::RandomState>;
 
 /// A host group: the paths of one host pattern (or of the rules without
 /// host, which are group 0), by number.
@@ -136,6 +135,9 @@ struct Group {
     /// `rewrite-target`), longest pattern first, then oldest: empty, and
     /// never looked at, for almost every host.
     regexes: Vec<RegexPath>,
+    /// Whether an Ingress rule has decided where this host's unmatched
+    /// paths go ([`PathTable::decide_fallback`]).
+    decided: bool,
 }
 
 /// A regular-expression path rule.
@@ -303,6 +305,22 @@ impl PathTable<'_> {
         Ok(())
     }
 
+    /// The first call for a host decides where its unmatched paths go:
+    /// `default`, unless a fallback is set already; later calls change
+    /// nothing. The flag lives in the host's group, so deciding costs no
+    /// set of hosts beside the table.
+    pub fn decide_fallback(&mut self, default: Option<&Route>) {
+        let g = &mut *self.group;
+        if std::mem::replace(&mut g.decided, true) {
+            return;
+        }
+        if let Some(route) = default
+            && g.fallback.is_none()
+        {
+            g.fallback = Some(route.clone());
+        }
+    }
+
     /// Sets the fallback unless one is set; returns false if taken.
     pub fn set_fallback(&mut self, route: Route) -> bool {
         let g = &mut *self.group;
@@ -346,18 +364,16 @@ fn entry_key<'a>(arena: &'a str, e: &PathEntry) -> &'a str {
     &arena[e.start as usize..(e.start + e.len) as usize]
 }
 
-/// The group of `key`, created on first use; probes before it allocates a
-/// key, since most calls find an existing host.
+/// The group of `key`, created on first use: one probe, and a key
+/// allocated only for a new host.
 fn group_of<'m>(map: &'m mut FastMap<Group>, groups: &mut u32, key: &str) -> &'m mut Group {
-    if !map.contains_key(key) {
+    map.entry_ref(key).or_insert_with(|| {
         *groups += 1;
-        let group = Group {
+        Group {
             id: *groups,
             ..Group::default()
-        };
-        map.insert(key.into(), group);
-    }
-    map.get_mut(key).expect("inserted above")
+        }
+    })
 }
 
 impl RouteTable {

@@ -19,37 +19,15 @@
 //! reaches another tenant's backend, as the rule hosts were admitted as
 //! the tenant's.
 
-use std::collections::HashSet;
-
-use teapot_api::HostPattern;
-
 use crate::compile::routes::{PathTable, Route};
 
-/// The rule hosts an older Ingress has decided, for one compile.
-#[derive(Debug, Default)]
-pub(super) struct HostDefaults {
-    decided: HashSet<HostPattern>,
-}
-
-impl HostDefaults {
-    /// A rule host an Ingress serves (oldest Ingress first), with `table`
-    /// its paths and `default` the Ingress's defaultBackend route: the
-    /// host's unmatched paths go there unless an older Ingress decided.
-    pub(super) fn rule_host(
-        &mut self,
-        host: &HostPattern,
-        table: &mut PathTable<'_>,
-        default: Option<&Route>,
-    ) {
-        if !self.decided.insert(host.clone()) {
-            return;
-        }
-        if let Some(route) = default {
-            // Taken only where the Ingress already set it (a tenant's
-            // assigned hostname): the same route.
-            let _ = table.set_fallback(route.clone());
-        }
-    }
+/// A rule host an Ingress serves (oldest Ingress first), with `table` its
+/// paths and `default` the Ingress's defaultBackend route: the host's
+/// unmatched paths go there unless an older Ingress decided. Taken only
+/// where the Ingress already set it (a tenant's assigned hostname): the
+/// same route.
+pub(super) fn rule_host(table: &mut PathTable<'_>, default: Option<&Route>) {
+    table.decide_fallback(default);
 }
 
 #[cfg(test)]

@@ -94,7 +94,6 @@ where
     ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
 
     let mut default_holder: Option<&NsName> = None;
-    let mut host_defaults = host_default::HostDefaults::default();
     let mut www_twins: Vec<WwwTwin> = Vec::new();
     let mut aliases: Vec<alias::Alias> = Vec::new();
     let mut canaries: Vec<CanaryRule> = Vec::new();
@@ -359,8 +358,8 @@ where
             let owner = tenant.map(|t| t.cluster);
             let spread = !regex_paths && regex_hosts.covers(owner, host);
             let mut table = routes.host_mut(host);
-            if let Some(h) = host {
-                host_defaults.rule_host(h, &mut table, default_route.as_ref());
+            if host.is_some() {
+                host_default::rule_host(&mut table, default_route.as_ref());
             }
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
