@@ -220,20 +220,7 @@ mod tests {
         }
 
         fn write_pages_slice(&self, t: usize) {
-            let slice = self.pages[t];
-            let endpoints: Vec<String> = (0..2)
-                .map(|e| {
-                    format!(
-                        "{{addresses: [10.{t}.200.{}], conditions: {{ready: {}}}}}",
-                        slice.generation * 2 + e as u8,
-                        e < slice.ready
-                    )
-                })
-                .collect();
-            let text = format!(
-                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: pages-0, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: pages, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30081}}]\nendpoints: [{}]\n",
-                endpoints.join(", ")
-            );
+            let text = slice_text(t, "pages-0", "pages", 30081, 200, self.pages[t]);
             std::fs::write(self.path(&format!("t{t}-pages")), text).unwrap();
         }
 
@@ -272,20 +259,7 @@ mod tests {
                 let _ = std::fs::remove_file(path);
                 return;
             };
-            let endpoints: Vec<String> = (0..2)
-                .map(|e| {
-                    let net = if slice.foreign && e == 0 { 99 } else { t };
-                    format!(
-                        "{{addresses: [10.{net}.{s}.{}], conditions: {{ready: {}}}}}",
-                        slice.generation * 2 + e as u8,
-                        e < slice.ready
-                    )
-                })
-                .collect();
-            let text = format!(
-                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-{s}, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: web, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{}]\n",
-                endpoints.join(", ")
-            );
+            let text = slice_text(t, &format!("web-{s}"), "web", 30080, s, *slice);
             std::fs::write(path, text).unwrap();
         }
 
@@ -324,6 +298,33 @@ mod tests {
             }
             self.write_slice(t, s);
         }
+    }
+
+    /// An EndpointSlice `name` of Service `service` in tenant `t`'s
+    /// namespace: two endpoints at `10.<t>.<third>.x` (the first at
+    /// `10.99.<third>.x`, outside the tenant's nodes, when `foreign`).
+    fn slice_text(
+        t: usize,
+        name: &str,
+        service: &str,
+        port: u16,
+        third: usize,
+        slice: Slice,
+    ) -> String {
+        let endpoints: Vec<String> = (0..2)
+            .map(|e| {
+                let net = if slice.foreign && e == 0 { 99 } else { t };
+                format!(
+                    "{{addresses: [10.{net}.{third}.{}], conditions: {{ready: {}}}}}",
+                    slice.generation * 2 + e as u8,
+                    e < slice.ready
+                )
+            })
+            .collect();
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: tenant-t{t}, labels: {{kubernetes.io/service-name: {service}, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{}]\n",
+            endpoints.join(", ")
+        )
     }
 
     /// What requests see: every host's upstream, its endpoints and how it

@@ -347,13 +347,7 @@ pub fn compile_incremental(
             gateway_links: gateway_table.links(),
         },
     };
-    *parts = parts::keep(
-        &inputs,
-        &tenant_arcs,
-        &options.lb_networks,
-        kept,
-        previous,
-    );
+    *parts = parts::keep(&inputs, &tenant_arcs, &options.lb_networks, kept, previous);
     Snapshot {
         generation,
         routes,

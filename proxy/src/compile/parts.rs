@@ -463,7 +463,14 @@ mod tests {
         let mut lines = Vec::new();
         for (ns, part) in &parts.namespaces {
             for (name, upstream) in &part.backends {
-                let service = name.0.split_once('/').unwrap().1.rsplit_once(':').unwrap().0;
+                let service = name
+                    .0
+                    .split_once('/')
+                    .unwrap()
+                    .1
+                    .rsplit_once(':')
+                    .unwrap()
+                    .0;
                 let recorded = parts
                     .cells
                     .of_service(&(ns.clone(), service.to_string()))
@@ -598,7 +605,13 @@ mod tests {
             }
         }
         assert!(reused > 40, "only {reused} namespaces reused in 40 rounds");
-        assert!(carried > 20, "only {carried} namespaces handed on in 40 rounds");
-        assert!(carried < reused, "{carried} handed on whole of {reused} reused");
+        assert!(
+            carried > 20,
+            "only {carried} namespaces handed on in 40 rounds"
+        );
+        assert!(
+            carried < reused,
+            "{carried} handed on whole of {reused} reused"
+        );
     }
 }
