@@ -14,8 +14,9 @@ use teapot_model::endpoints::CompactSlice;
 use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored};
 use teapot_model::tenancy::Tenancy;
 
-use crate::compile::endpoint_cells::{EndpointCells, PortKey};
-use crate::compile::parts::{BackendName, Kept, Reuse};
+pub(crate) use crate::compile::endpoint_cells::PortRef;
+use crate::compile::endpoint_cells::{EndpointCells, PortKey, ServicePortRef};
+use crate::compile::parts::{Kept, Reuse};
 use crate::compile::upstream::Upstream;
 use crate::live::endpoints::EndpointRegistry;
 
@@ -80,39 +81,6 @@ pub(crate) fn backend_key<'a>(
         _ => PortRef::Number(0),
     };
     Some((namespace, service.name.as_str(), port))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum PortRef<'a> {
-    Number(i32),
-    Name(&'a str),
-}
-
-impl From<&PortRef<'_>> for PortKey {
-    fn from(port: &PortRef<'_>) -> PortKey {
-        match port {
-            PortRef::Number(n) => PortKey::Number(*n),
-            PortRef::Name(n) => PortKey::Name((*n).to_string()),
-        }
-    }
-}
-
-impl<'a> From<&'a PortKey> for PortRef<'a> {
-    fn from(port: &'a PortKey) -> PortRef<'a> {
-        match port {
-            PortKey::Number(n) => PortRef::Number(*n),
-            PortKey::Name(n) => PortRef::Name(n),
-        }
-    }
-}
-
-impl std::fmt::Display for PortRef<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PortRef::Number(n) => write!(f, "{n}"),
-            PortRef::Name(n) => f.write_str(n),
-        }
-    }
 }
 
 /// Adds the EndpointSlices of `from` to `slices` by their Service, those
@@ -249,12 +217,14 @@ impl<'a> Resolver<'a> {
             return u.clone();
         }
         let (namespace, name, port) = key;
-        let reused = self.reuse.reused(namespace).then(|| {
-            self.reuse
-                .get(namespace, &backend_name(namespace, name, &port))
-                .cloned()
-        });
-        let upstream = match reused {
+        let reused = self.reuse.get(
+            namespace,
+            ServicePortRef {
+                service: name,
+                port,
+            },
+        );
+        let upstream = match reused.map(|u| u.cloned()) {
             Some(Some(u)) => u,
             Some(None) => {
                 self.mark_fresh(namespace);
@@ -297,7 +267,11 @@ impl<'a> Resolver<'a> {
                 continue;
             }
             cells.record(ns, name, PortKey::from(port), u);
-            upstreams.push((ns.to_string(), backend_name(ns, name, port), u.clone()));
+            let key = ServicePortRef {
+                service: name,
+                port: *port,
+            };
+            upstreams.push((ns.to_string(), key.into(), u.clone()));
         }
         Kept {
             carried: carried.into_iter().map(str::to_string).collect(),
@@ -414,13 +388,6 @@ impl<'a> Resolver<'a> {
     pub(crate) fn report(&self) -> Backends {
         Backends(self.cache.values().cloned().collect())
     }
-}
-
-pub(crate) fn backend_name(namespace: &str, name: &str, port: &PortRef) -> BackendName {
-    BackendName(
-        upstream_label(namespace, name, port),
-        matches!(port, PortRef::Number(_)),
-    )
 }
 
 /// `namespace/service:port`. Built by hand: one per upstream, and the

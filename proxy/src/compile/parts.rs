@@ -44,7 +44,7 @@ use teapot_model::endpoints::CompactSlice;
 use teapot_model::service::CompactService;
 use teapot_model::store::{FastHashMap, Store};
 
-use crate::compile::endpoint_cells::EndpointCells;
+use crate::compile::endpoint_cells::{EndpointCells, PortRef, ServicePort, ServicePortRef};
 use crate::compile::upstream::Upstream;
 
 /// The parts of the last compile, for the next. Start with
@@ -83,11 +83,12 @@ impl CompiledParts {
         &self.cells
     }
 
-    /// The upstream the last compile kept for a Service port, if any.
+    /// The upstream the last compile kept for a Service port, if any;
+    /// `port` is a number when it parses as one.
     pub fn upstream(&self, namespace: &str, service: &str, port: &str) -> Option<&Arc<Upstream>> {
         let part = self.namespaces.get(namespace)?;
-        let key = BackendName::new(namespace, service, port);
-        part.backends.get(&key)
+        let port = port.parse().map_or(PortRef::Name(port), PortRef::Number);
+        part.backends.get(&ServicePortRef { service, port })
     }
 }
 
@@ -95,9 +96,7 @@ impl CompiledParts {
 #[derive(Debug, Default)]
 struct NamespacePart {
     inputs: NamespaceInputs,
-    /// By `namespace/service:port` (the upstream's name) and whether the
-    /// port was a number.
-    backends: FastHashMap<BackendName, Arc<Upstream>>,
+    backends: FastHashMap<ServicePort, Arc<Upstream>>,
 }
 
 /// The objects a namespace's backends were resolved from, by name. Holding
@@ -107,23 +106,6 @@ struct NamespacePart {
 struct NamespaceInputs {
     services: Vec<(String, Arc<CompactService>)>,
     slices: Vec<(String, Arc<CompactSlice>)>,
-}
-
-/// An upstream's name (`namespace/service:port`) plus whether the port was
-/// given by number: port names are not validated to hold a letter in
-/// manifests mode, so `80` could be either.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct BackendName(pub(crate) String, pub(crate) bool);
-
-impl BackendName {
-    /// For lookups by hand (tests, tools): `port` is a number when it parses
-    /// as one.
-    pub(crate) fn new(namespace: &str, service: &str, port: &str) -> BackendName {
-        BackendName(
-            format!("{namespace}/{service}:{port}"),
-            port.parse::<i32>().is_ok(),
-        )
-    }
 }
 
 /// The current inputs of every namespace, borrowed from the store.
@@ -173,7 +155,7 @@ fn same_tenant(a: &Tenant, b: &Tenant) -> bool {
 
 /// Which namespaces' upstreams a compile may take from the last one.
 pub(crate) struct Reuse<'p> {
-    namespaces: FastHashMap<&'p str, &'p FastHashMap<BackendName, Arc<Upstream>>>,
+    namespaces: FastHashMap<&'p str, &'p FastHashMap<ServicePort, Arc<Upstream>>>,
 }
 
 impl<'p> Reuse<'p> {
@@ -212,8 +194,14 @@ impl<'p> Reuse<'p> {
         Reuse { namespaces }
     }
 
-    pub(crate) fn get(&self, namespace: &str, name: &BackendName) -> Option<&Arc<Upstream>> {
-        self.namespaces.get(namespace)?.get(name)
+    /// `None` when the namespace's upstreams are not taken from the last
+    /// compile; then whether it had this one.
+    pub(crate) fn get(
+        &self,
+        namespace: &str,
+        key: ServicePortRef<'_>,
+    ) -> Option<Option<&Arc<Upstream>>> {
+        Some(self.namespaces.get(namespace)?.get(&key))
     }
 
     pub(crate) fn reused(&self, namespace: &str) -> bool {
@@ -235,7 +223,7 @@ pub(crate) struct Kept {
     /// Handed on whole: part, inputs and endpoint cells.
     pub(crate) carried: Vec<String>,
     /// The other namespaces' upstreams.
-    pub(crate) upstreams: Vec<(String, BackendName, Arc<Upstream>)>,
+    pub(crate) upstreams: Vec<(String, ServicePort, Arc<Upstream>)>,
     /// The other namespaces' endpoint cells.
     pub(crate) cells: EndpointCells,
     /// Namespaces whose upstreams came from the last compile.
@@ -463,17 +451,9 @@ mod tests {
         let mut lines = Vec::new();
         for (ns, part) in &parts.namespaces {
             for (name, upstream) in &part.backends {
-                let service = name
-                    .0
-                    .split_once('/')
-                    .unwrap()
-                    .1
-                    .rsplit_once(':')
-                    .unwrap()
-                    .0;
                 let recorded = parts
                     .cells
-                    .of_service(&(ns.clone(), service.to_string()))
+                    .of_service(&(ns.clone(), name.service.clone()))
                     .is_some_and(|e| e.iter().any(|e| Arc::ptr_eq(&e.cell, &upstream.endpoints)));
                 let inputs = (part.inputs.services.len(), part.inputs.slices.len());
                 let endpoints: Vec<String> = upstream
