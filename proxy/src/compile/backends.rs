@@ -27,7 +27,11 @@ pub(crate) struct Resolver<'a> {
     store: &'a Store,
     registry: &'a EndpointRegistry,
     tenancy: &'a Tenancy<'a>,
-    slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
+    slices: RefCell<FastHashMap<(&'a str, &'a str), Slices<'a>>>,
+    /// Namespaces whose EndpointSlices are not in `slices` yet: those whose
+    /// upstreams the last compile gives, indexed if one is resolved
+    /// afresh ([`Resolver::index_namespace`]).
+    unindexed: RefCell<FastHashSet<&'a str>>,
     cache: FastHashMap<BackendKey<'a>, Arc<Upstream>>,
     /// Upstreams of unchanged namespaces, from the last compile.
     reuse: Reuse<'a>,
@@ -118,10 +122,40 @@ impl<'a> Resolver<'a> {
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
     ) -> Resolver<'a> {
-        let mut slices =
-            FastHashMap::with_capacity_and_hasher(store.endpoint_slices.len(), Default::default());
-        index_slices(&mut slices, store.endpoint_slices.iter(), |_| true);
-        Resolver::with_slices(store, registry, tenancy, reuse, slices)
+        // Namespace by namespace (the slices are ordered by it), so that a
+        // namespace whose upstreams come from the last compile costs one
+        // probe, not a pass over its slices.
+        let mut slices = FastHashMap::default();
+        let mut unindexed = FastHashSet::default();
+        let mut next = store.endpoint_slices.keys().next();
+        while let Some(id) = next {
+            let namespace = id.namespace.as_str();
+            if reuse.reused(namespace) {
+                unindexed.insert(namespace);
+            } else {
+                index_slices(&mut slices, store.namespace_slices(namespace), |_| true);
+            }
+            // The first key past every name of this namespace: no
+            // namespace holds a NUL.
+            let past = NsName::new(format!("{namespace}\0"), "");
+            next = store.endpoint_slices.range(past..).next().map(|(id, _)| id);
+        }
+        let mut resolver = Resolver::with_slices(store, registry, tenancy, reuse, slices);
+        resolver.unindexed = RefCell::new(unindexed);
+        resolver
+    }
+
+    /// Puts a namespace's EndpointSlices in the index if they are not
+    /// there yet: once per compile and namespace, whatever it resolves.
+    fn index_namespace(&self, namespace: &str) {
+        let Some(namespace) = self.unindexed.borrow_mut().take(namespace) else {
+            return;
+        };
+        index_slices(
+            &mut self.slices.borrow_mut(),
+            self.store.namespace_slices(namespace),
+            |_| true,
+        );
     }
 
     /// A resolver for the Services in `services` only: it reads their
@@ -157,7 +191,8 @@ impl<'a> Resolver<'a> {
             store,
             registry,
             tenancy,
-            slices,
+            slices: RefCell::new(slices),
+            unindexed: RefCell::default(),
             cache: FastHashMap::default(),
             reuse,
             cells: RefCell::default(),
@@ -333,8 +368,9 @@ impl<'a> Resolver<'a> {
         let tenant = self.tenancy.get(namespace);
         let mut refused = Vec::new();
         let mut addrs: Vec<SocketAddr> = Vec::new();
-        for slice in self
-            .slices
+        self.index_namespace(namespace);
+        let slices = self.slices.borrow();
+        for slice in slices
             .get(&(namespace, name))
             .map_or(&[][..], Slices::as_slice)
         {
@@ -370,6 +406,7 @@ impl<'a> Resolver<'a> {
                 }
             }
         }
+        drop(slices);
         addrs.sort();
         addrs.dedup();
         refused.sort();
