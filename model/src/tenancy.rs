@@ -1039,26 +1039,15 @@ mod tests {
                 endpoints.join(", ")
             )
         };
-        let read = |text: &str| {
-            let mut loaded = Loaded::default();
-            crate::manifests::load_text(
-                std::path::Path::new("s.yaml"),
-                text,
-                &Store::default(),
-                &mut loaded,
-            );
-            assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-            loaded
-        };
         let change = |text: &str| {
-            let loaded = read(text);
+            let loaded = loaded(text);
             let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
             vec![SliceChange {
                 id,
                 slice: Some(slice),
             }]
         };
-        let one = read(&slice("x", 10))
+        let one = loaded(&slice("x", 10))
             .store
             .endpoint_slices
             .values()
@@ -1073,7 +1062,7 @@ mod tests {
         // The tenant with `n` slices of ten endpoints, admitted whole.
         let admitted = |n: usize| {
             let slices: Vec<String> = (1..=n).map(|i| slice(&format!("s-{i}"), 10)).collect();
-            let mut loaded = read(&format!("{tenant}---\n{}", slices.join("---\n")));
+            let mut loaded = loaded(&format!("{tenant}---\n{}", slices.join("---\n")));
             let mut verdicts = SliceVerdicts::default();
             admit_cached(
                 &mut loaded,
@@ -1122,8 +1111,8 @@ mod tests {
         );
     }
 
-    /// `text` read as one file with no problem, then admitted.
-    pub(super) fn loaded_and_admitted(text: &str) -> Loaded {
+    /// `text` read as one file with no problem.
+    fn loaded(text: &str) -> Loaded {
         let mut loaded = Loaded::default();
         crate::manifests::load_text(
             std::path::Path::new("t.yaml"),
@@ -1132,6 +1121,12 @@ mod tests {
             &mut loaded,
         );
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        loaded
+    }
+
+    /// `text` read as one file with no problem, then admitted.
+    pub(super) fn loaded_and_admitted(text: &str) -> Loaded {
+        let mut loaded = loaded(text);
         admit(&mut loaded, &Store::default(), "example.net", &[]);
         loaded
     }

@@ -140,9 +140,7 @@ impl<'a> Resolver<'a> {
             let past = NsName::new(format!("{namespace}\0"), "");
             next = store.endpoint_slices.range(past..).next().map(|(id, _)| id);
         }
-        let mut resolver = Resolver::with_slices(store, registry, tenancy, reuse, slices);
-        resolver.unindexed = RefCell::new(unindexed);
-        resolver
+        Resolver::with_slices(store, registry, tenancy, reuse, slices, unindexed)
     }
 
     /// Puts a namespace's EndpointSlices in the index if they are not
@@ -177,7 +175,14 @@ impl<'a> Resolver<'a> {
                 services.contains(key)
             });
         }
-        Resolver::with_slices(store, registry, tenancy, reuse, slices)
+        Resolver::with_slices(
+            store,
+            registry,
+            tenancy,
+            reuse,
+            slices,
+            FastHashSet::default(),
+        )
     }
 
     fn with_slices(
@@ -186,13 +191,14 @@ impl<'a> Resolver<'a> {
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
         slices: FastHashMap<(&'a str, &'a str), Slices<'a>>,
+        unindexed: FastHashSet<&'a str>,
     ) -> Resolver<'a> {
         Resolver {
             store,
             registry,
             tenancy,
             slices: RefCell::new(slices),
-            unindexed: RefCell::default(),
+            unindexed: RefCell::new(unindexed),
             cache: FastHashMap::default(),
             reuse,
             cells: RefCell::default(),

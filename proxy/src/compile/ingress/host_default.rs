@@ -18,17 +18,10 @@
 //! assigned hostname (crate::compile::ingress); a host's request never
 //! reaches another tenant's backend, as the rule hosts were admitted as
 //! the tenant's.
-
-use crate::compile::routes::{PathTable, Route};
-
-/// A rule host an Ingress serves (oldest Ingress first), with `table` its
-/// paths and `default` the Ingress's defaultBackend route: the host's
-/// unmatched paths go there unless an older Ingress decided. Taken only
-/// where the Ingress already set it (a tenant's assigned hostname): the
-/// same route.
-pub(super) fn rule_host(table: &mut PathTable<'_>, default: Option<&Route>) {
-    table.decide_fallback(default);
-}
+//!
+//! The first Ingress to serve a host decides it in the route table's host
+//! group (`crate::compile::routes::PathTable::decide_fallback`), where the
+//! compile asks; this module holds the rule's tests.
 
 #[cfg(test)]
 mod tests {

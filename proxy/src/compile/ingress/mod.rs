@@ -358,8 +358,9 @@ where
             let owner = tenant.map(|t| t.cluster);
             let spread = !regex_paths && regex_hosts.covers(owner, host);
             let mut table = routes.host_mut(host);
+            // ingress-nginx's default location (module host_default).
             if host.is_some() {
-                host_default::rule_host(&mut table, default_route.as_ref());
+                table.decide_fallback(default_route.as_ref());
             }
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let Ok(kind) = PathKind::parse(&p.path_type) else {
