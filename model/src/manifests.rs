@@ -842,14 +842,16 @@ mod tests {
         assert_eq!(l.problems[0].document, 1);
     }
 
+    /// A Service `a` in `ns` with one port.
+    fn svc(ns: &str, port: u16) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: a, namespace: {ns}}}\nspec:\n  ports: [{{port: {port}}}]\n"
+        )
+    }
+
     #[test]
     fn unchanged_clean_files_are_taken_over_as_the_same_objects() {
         let dir = tempfile::tempdir().unwrap();
-        let svc = |ns: &str, port: u16| {
-            format!(
-                "apiVersion: v1\nkind: Service\nmetadata: {{name: a, namespace: {ns}}}\nspec:\n  ports: [{{port: {port}}}]\n"
-            )
-        };
         let write = |file: &str, text: &str| std::fs::write(dir.path().join(file), text).unwrap();
         write("a.yaml", &svc("one", 80));
         write("b.yaml", &svc("two", 80));
@@ -1111,11 +1113,6 @@ mod tests {
     #[test]
     fn named_files_load_alone_or_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
-        let svc = |ns: &str, port: u16| {
-            format!(
-                "apiVersion: v1\nkind: Service\nmetadata: {{name: a, namespace: {ns}}}\nspec:\n  ports: [{{port: {port}}}]\n"
-            )
-        };
         let path = |file: &str| dir.path().join(file);
         let write = |file: &str, text: &str| std::fs::write(path(file), text).unwrap();
         write("a.yaml", &svc("one", 80));
