@@ -214,7 +214,7 @@ impl Listeners {
                 Some(tcp) => tcp.local_addr()?,
                 None => return Ok(()),
             };
-            let source = match std::net::UdpSocket::bind(addr) {
+            let source = match crate::plane::quic_threads::bind_first(addr) {
                 Ok(socket) => {
                     self.quic = Some(socket);
                     return Ok(());
@@ -664,45 +664,53 @@ pub async fn run(
             sni: sni.clone(),
         });
     let passthrough: pingora_core::listeners::PreTlsCallback = Arc::new(shared_hook);
-    let http3 = match (listeners.quic.take(), &sni) {
-        (None, _) => None,
+    // HTTP/3: an endpoint on each serving thread, each its own socket of
+    // one group, the kernel steering packets by connection ID.
+    let (http3, mut quic_threads) = match (listeners.quic.take(), &sni) {
+        (None, _) => (None, Vec::new()),
         (Some(socket), Some(sni)) => {
             let addr = socket.local_addr()?;
+            let sockets = crate::plane::quic_threads::per_thread(socket, threads)?;
             let quic = crate::plane::h3::server_config(sni.clone(), &config.edge, &config.quic)?;
-            tracing::info!(%addr, "http3 listener (udp)");
+            tracing::info!(%addr, threads = sockets.len(), "http3 listener (udp)");
             let handshakes = crate::plane::h3::handshake_counter()?;
             metrics.registry().register(Box::new(handshakes.clone()))?;
             let options = crate::plane::h3::QuicOptions {
                 handshakes: Some(handshakes),
                 ..config.quic.clone()
             };
-            Some(crate::plane::h3::Http3::start(
-                socket,
+            let (starting, parts) = crate::plane::h3::Http3::per_thread(
+                sockets,
                 quic,
                 router.clone(),
                 first.slots(),
-                stop_rx.clone(),
                 &options,
-            )?)
+            )?;
+            (Some(starting), parts)
         }
         (Some(_), None) => {
             return Err(ServeError::Tls("--http3 needs the HTTPS listener".into()).into());
         }
     };
-    if let Some((advertiser, https, drain)) = advertiser.filter(|_| http3.is_some()) {
-        start_alt_svc(&config, advertiser, https, &metrics, drain)?;
-    }
     apps.push(first);
     let apps: Vec<_> = apps
         .into_iter()
         .map(|app| app.with_pre_tls(passthrough.clone()))
         .collect();
+    quic_threads.reverse();
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
         .into_iter()
         .zip(apps)
-        .map(|(sockets, app)| crate::plane::serving::service(app, sockets, &|| tls(None)))
+        .map(|(sockets, app)| {
+            crate::plane::serving::service(app, sockets, &|| tls(None))
+                .map(|serving| serving.with_quic(quic_threads.pop()))
+        })
         .collect::<Result<Vec<_>, ServeError>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;
+    let http3 = http3.map(|starting| starting.started()).transpose()?;
+    if let Some((advertiser, https, drain)) = advertiser.filter(|_| http3.is_some()) {
+        start_alt_svc(&config, advertiser, https, &metrics, drain)?;
+    }
 
     // In kube mode each replica tells of its own BGP sessions on its Pod.
     if let (Some(statuses), Some(kube)) = (
@@ -889,10 +897,11 @@ pub async fn run(
         );
     }
     let _ = l4_drain.await;
-    serving.finish(Duration::from_secs(2)).await;
+    // HTTP/3 first: its endpoints run on the serving threads' runtimes.
     if let Some(http3) = http3 {
         http3.finish(Duration::from_secs(2)).await;
     }
+    serving.finish(Duration::from_secs(2)).await;
     admin_task.abort();
     watch_task.abort();
     noise_task.abort();

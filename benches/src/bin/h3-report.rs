@@ -75,7 +75,7 @@ struct Args {
         default_value = "keep-alive,handshakes,idle"
     )]
     only: Vec<String>,
-    /// Targets: teapot, caddy, floor, floor-proxy.
+    /// Targets: teapot, teapot-base (with --base), caddy, floor, floor-proxy.
     #[arg(
         long,
         value_delimiter = ',',
@@ -88,9 +88,17 @@ struct Args {
     /// The teapot binary (default: the one beside this binary).
     #[arg(long)]
     teapot: Option<PathBuf>,
+    /// A second teapot binary, target `teapot-base` (an earlier commit,
+    /// measured in the same run with the same flags).
+    #[arg(long)]
+    base: Option<PathBuf>,
     /// The floor_h3 example (default: examples/floor_h3 beside this binary).
     #[arg(long)]
     floor: Option<PathBuf>,
+    /// teapot's serving threads (each with its HTTP/3 endpoint; pinned,
+    /// all on the servers' CPU).
+    #[arg(long, default_value_t = 1)]
+    teapot_threads: usize,
     /// More flags for `teapot proxy`.
     #[arg(long = "teapot-arg", allow_hyphen_values = true)]
     teapot_arg: Vec<String>,
@@ -106,6 +114,7 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Target {
     Teapot,
+    TeapotBase,
     Caddy,
     Floor,
     FloorProxy,
@@ -115,6 +124,7 @@ impl Target {
     fn name(self) -> &'static str {
         match self {
             Target::Teapot => "teapot",
+            Target::TeapotBase => "teapot-base",
             Target::Caddy => "caddy",
             Target::Floor => "floor",
             Target::FloorProxy => "floor-proxy",
@@ -124,6 +134,7 @@ impl Target {
     fn parse(name: &str) -> anyhow::Result<Target> {
         Ok(match name {
             "teapot" => Target::Teapot,
+            "teapot-base" => Target::TeapotBase,
             "caddy" => Target::Caddy,
             "floor" => Target::Floor,
             "floor-proxy" => Target::FloorProxy,
@@ -467,10 +478,16 @@ async fn start_fleet(args: &Args, targets: &[Target], pin: bool) -> anyhow::Resu
     let mut servers = Vec::new();
     for &target in targets {
         let (addr, pid, process): (SocketAddr, u32, Box<dyn std::any::Any>) = match target {
-            Target::Teapot => {
-                let bin = peers::teapot_bin(args.teapot.as_deref());
-                versions.insert("teapot", peers::version(&bin, &["--version"]));
-                let manifests = dir.path().join("manifests");
+            Target::Teapot | Target::TeapotBase => {
+                let bin = match target {
+                    Target::TeapotBase => args
+                        .base
+                        .clone()
+                        .context("target teapot-base needs --base")?,
+                    _ => peers::teapot_bin(args.teapot.as_deref()),
+                };
+                versions.insert(target.name(), peers::version(&bin, &["--version"]));
+                let manifests = dir.path().join(format!("manifests-{}", target.name()));
                 std::fs::create_dir(&manifests)?;
                 std::fs::write(
                     manifests.join("bench.yaml"),
@@ -478,9 +495,10 @@ async fn start_fleet(args: &Args, targets: &[Target], pin: bool) -> anyhow::Resu
                 )?;
                 // Every client of the bench is 127.0.0.1: the per-client
                 // cap would refuse the idle run's connections.
+                let threads = args.teapot_threads.to_string();
                 let mut flags = vec![
                     "--threads",
-                    "1",
+                    &threads,
                     "--max-connections-per-client",
                     "0",
                     "--http3",

@@ -15,10 +15,14 @@
 //! setting (crate::plane::client_cert::check), so the client retries
 //! over TCP.
 //!
-//! One endpoint on one thread of its own, with a single-threaded runtime
-//! like the serving threads (crate::plane::serving): a QUIC connection
-//! is its UDP 4-tuple, and one socket keeps a client's packets on the
-//! thread that holds its connection.
+//! An endpoint on every serving thread (crate::plane::serving), each
+//! with a socket of one `SO_REUSEPORT` group at the HTTPS address: its
+//! connections are tasks of that thread, beside its TCP connections. A
+//! QUIC connection outlives its 4-tuple, so the kernel hands each packet
+//! to the thread its connection ID names, not by the 4-tuple's hash
+//! (crate::plane::quic_threads): a client whose NAT rebinds stays on its
+//! thread. The handshake count behind the Retry threshold is the
+//! replica's.
 //!
 //! A handshake flood from spoofable addresses is met with QUIC address
 //! validation: once [`QuicOptions::retry_above`] handshakes are in flight,
@@ -28,11 +32,11 @@
 //! when `--quic-key-file` is given (crate::plane::quic_keys), so another
 //! replica's stateless reset is believed and its Retry tokens are good.
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,7 +45,7 @@ use futures::stream::FuturesUnordered;
 use h3::error::Code;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use teapot_h1::ConnInfo;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::plane::ServeError;
 use crate::plane::accept::Slots;
@@ -167,108 +171,200 @@ fn transport(edge: &EdgeConfig) -> Result<quinn::TransportConfig, ServeError> {
     Ok(t)
 }
 
-/// The running HTTP/3 endpoint.
+/// HTTP/3 on the serving threads: what stops it. Each thread's part
+/// ([`QuicThread`]) runs on that thread.
 pub struct Http3 {
-    endpoint: quinn::Endpoint,
-    thread: Option<std::thread::JoinHandle<()>>,
+    endpoints: Vec<quinn::Endpoint>,
+    done: Vec<oneshot::Receiver<()>>,
 }
 
 impl std::fmt::Debug for Http3 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Http3")
-            .field("local", &self.endpoint.local_addr().ok())
+            .field("endpoints", &self.endpoints.len())
             .finish_non_exhaustive()
     }
 }
 
+/// What the endpoints of one replica share: the Retry threshold counts
+/// the replica's handshakes in flight, not one thread's.
+struct Shared {
+    handshaking: AtomicUsize,
+    retry_above: usize,
+    handshakes: Option<prometheus::IntCounterVec>,
+}
+
+/// One serving thread's HTTP/3 endpoint, before its thread runs it: its
+/// socket of the group (crate::plane::quic_threads) and the settings,
+/// with connection IDs that name the thread.
+pub struct QuicThread {
+    socket: std::net::UdpSocket,
+    endpoint_config: quinn::EndpointConfig,
+    server_config: quinn::ServerConfig,
+    router: Router,
+    slots: Slots,
+    shared: Arc<Shared>,
+    started: std::sync::mpsc::Sender<Result<quinn::Endpoint, ServeError>>,
+    done: oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for QuicThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicThread")
+            .field("local", &self.socket.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Until every thread's endpoint runs (or one could not start).
+pub struct Http3Starting {
+    started: std::sync::mpsc::Receiver<Result<quinn::Endpoint, ServeError>>,
+    threads: usize,
+    done: Vec<oneshot::Receiver<()>>,
+}
+
 impl Http3 {
-    /// Serves HTTP/3 on `socket` until `stop`: then no new connection is
-    /// accepted, every connection gets GOAWAY and closes once its
-    /// requests are answered ([`Self::finish`] closes what is left).
-    pub fn start(
-        socket: std::net::UdpSocket,
+    /// One part per socket (`sockets[i]` for serving thread `i`). Each
+    /// part serves once its thread runs [`QuicThread::serve`];
+    /// [`Http3Starting::started`] waits for all of them.
+    pub fn per_thread(
+        sockets: Vec<std::net::UdpSocket>,
         config: quinn::ServerConfig,
         router: Router,
         slots: Slots,
-        stop: watch::Receiver<bool>,
         options: &QuicOptions,
-    ) -> Result<Http3, ServeError> {
-        let local = socket.local_addr()?;
+    ) -> Result<(Http3Starting, Vec<QuicThread>), ServeError> {
+        let keys = match &options.keys {
+            Some(keys) => keys.clone(),
+            None => QuicKeys::random()?,
+        };
+        let shared = Arc::new(Shared {
+            handshaking: AtomicUsize::new(0),
+            retry_above: options.retry_above,
+            handshakes: options.handshakes.clone(),
+        });
         // quinn-udp sends a burst of packets in one call (GSO) and takes
         // coalesced ones (GRO) where the kernel has them (Linux 4.18 and
-        // 5.0); 1 segment means one packet per system call.
-        let udp = quinn::udp::UdpSocketState::new((&socket).into())?;
-        tracing::info!(
-            %local,
-            gso_segments = udp.max_gso_segments(),
-            gro_segments = udp.gro_segments(),
-            "http3 endpoint"
-        );
-        let endpoint_config = options
-            .keys
-            .as_ref()
-            .map_or_else(quinn::EndpointConfig::default, QuicKeys::endpoint_config);
-        let retry_above = options.retry_above;
-        let handshakes = options.handshakes.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("teapot-h3".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        let _ = tx.send(Err(ServeError::Io(e)));
-                        return;
-                    }
-                };
-                let local_set = tokio::task::LocalSet::new();
-                local_set.block_on(&runtime, async move {
-                    let endpoint = match quinn::Endpoint::new(
-                        endpoint_config,
-                        Some(config),
-                        socket,
-                        Arc::new(quinn::TokioRuntime),
-                    ) {
-                        Ok(endpoint) => endpoint,
-                        Err(e) => {
-                            let _ = tx.send(Err(ServeError::Io(e)));
-                            return;
-                        }
-                    };
-                    let _ = tx.send(Ok(endpoint.clone()));
-                    let app = Rc::new(App::new(router, slots, local, retry_above, handshakes));
-                    accept(&endpoint, app, stop).await;
-                    endpoint.wait_idle().await;
-                });
+        // 5.0); 1 segment means one packet per system call. The group's
+        // sockets are alike: the first tells.
+        if let Some(first) = sockets.first() {
+            let udp = quinn::udp::UdpSocketState::new(first.into())?;
+            tracing::info!(
+                local = %first.local_addr()?,
+                endpoints = sockets.len(),
+                gso_segments = udp.max_gso_segments(),
+                gro_segments = udp.gro_segments(),
+                "http3 endpoint"
+            );
+        }
+        let (started, starting) = std::sync::mpsc::channel();
+        let mut done = Vec::with_capacity(sockets.len());
+        let mut threads = Vec::with_capacity(sockets.len());
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let index = u8::try_from(i).map_err(|_| {
+                ServeError::Tls(format!(
+                    "HTTP/3 serves at most {} threads",
+                    crate::plane::quic_threads::MAX_QUIC_THREADS
+                ))
             })?;
-        let endpoint = rx
-            .recv()
-            .map_err(|_| ServeError::Io(std::io::Error::other("the HTTP/3 thread ended")))??;
-        Ok(Http3 {
-            endpoint,
-            thread: Some(thread),
-        })
+            let (done_tx, done_rx) = oneshot::channel();
+            done.push(done_rx);
+            threads.push(QuicThread {
+                socket,
+                endpoint_config: keys.endpoint_config(index),
+                server_config: config.clone(),
+                router: router.clone(),
+                slots: slots.clone(),
+                shared: shared.clone(),
+                started: started.clone(),
+                done: done_tx,
+            });
+        }
+        let starting = Http3Starting {
+            started: starting,
+            threads: threads.len(),
+            done,
+        };
+        Ok((starting, threads))
     }
 
     /// After the grace period: waits (up to `wait`) for the drained
     /// connections to close on their own (closing one discards answers
     /// its client has not acknowledged yet), then closes what is left.
-    pub async fn finish(mut self, wait: Duration) {
-        let Some(thread) = self.thread.take() else {
+    /// Before the serving threads end, whose runtimes run the endpoints.
+    pub async fn finish(self, wait: Duration) {
+        let all_done = futures::future::join_all(self.done);
+        let mut all_done = pin!(all_done);
+        if tokio::time::timeout(wait, &mut all_done).await.is_ok() {
             return;
+        }
+        for endpoint in &self.endpoints {
+            endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
+        }
+        if tokio::time::timeout(wait, all_done).await.is_err() {
+            tracing::warn!("the HTTP/3 endpoints did not stop in time");
+        }
+    }
+}
+
+impl Http3Starting {
+    /// Once the serving threads run: every endpoint's start, or the first
+    /// error.
+    pub fn started(self) -> Result<Http3, ServeError> {
+        let mut endpoints = Vec::with_capacity(self.threads);
+        for _ in 0..self.threads {
+            let endpoint = self
+                .started
+                .recv()
+                .map_err(|_| ServeError::Io(std::io::Error::other("a serving thread ended")))??;
+            endpoints.push(endpoint);
+        }
+        Ok(Http3 {
+            endpoints,
+            done: self.done,
+        })
+    }
+}
+
+impl QuicThread {
+    /// The endpoint on this thread's runtime (a `LocalSet`: connections
+    /// are tasks of this thread) until `stop`, then its drain.
+    pub async fn serve(self, stop: watch::Receiver<bool>) {
+        let QuicThread {
+            socket,
+            endpoint_config,
+            server_config,
+            router,
+            slots,
+            shared,
+            started,
+            done,
+        } = self;
+        let local = match socket.local_addr() {
+            Ok(local) => local,
+            Err(e) => {
+                let _ = started.send(Err(ServeError::Io(e)));
+                return;
+            }
         };
-        let mut joined = tokio::task::spawn_blocking(move || thread.join());
-        if tokio::time::timeout(wait, &mut joined).await.is_ok() {
-            return;
-        }
-        self.endpoint
-            .close(quinn::VarInt::from_u32(H3_NO_ERROR), b"");
-        if tokio::time::timeout(wait, joined).await.is_err() {
-            tracing::warn!("the HTTP/3 endpoint did not stop in time");
-        }
+        let endpoint = match quinn::Endpoint::new(
+            endpoint_config,
+            Some(server_config),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        ) {
+            Ok(endpoint) => endpoint,
+            Err(e) => {
+                let _ = started.send(Err(ServeError::Io(e)));
+                return;
+            }
+        };
+        let _ = started.send(Ok(endpoint.clone()));
+        drop(started);
+        let app = Rc::new(App::new(router, slots, local, shared));
+        accept(&endpoint, app, stop).await;
+        endpoint.wait_idle().await;
+        let _ = done.send(());
     }
 }
 
@@ -299,7 +395,7 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
                         app.count("refused");
                         continue;
                     };
-                    let handshake = Handshaking::start(&app.handshaking);
+                    let handshake = Handshaking::start(&app.shared);
                     let app = app.clone();
                     let stop = stop.clone();
                     tokio::task::spawn_local(async move {
@@ -328,18 +424,18 @@ async fn accept(endpoint: &quinn::Endpoint, app: Rc<App>, mut stop: watch::Recei
 }
 
 /// One handshake in flight, counted until it ends either way.
-struct Handshaking(Rc<Cell<usize>>);
+struct Handshaking(Arc<Shared>);
 
 impl Handshaking {
-    fn start(count: &Rc<Cell<usize>>) -> Handshaking {
-        count.set(count.get() + 1);
-        Handshaking(count.clone())
+    fn start(shared: &Arc<Shared>) -> Handshaking {
+        shared.handshaking.fetch_add(1, Ordering::Relaxed);
+        Handshaking(shared.clone())
     }
 }
 
 impl Drop for Handshaking {
     fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
+        self.0.handshaking.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -350,35 +446,25 @@ struct App {
     slots: Slots,
     local: SocketAddr,
     alpn: Arc<str>,
-    /// Handshakes in flight on this endpoint.
-    handshaking: Rc<Cell<usize>>,
-    retry_above: usize,
-    handshakes: Option<prometheus::IntCounterVec>,
+    /// The replica's handshakes in flight, its Retry threshold and count.
+    shared: Arc<Shared>,
 }
 
 impl App {
-    fn new(
-        router: Router,
-        slots: Slots,
-        local: SocketAddr,
-        retry_above: usize,
-        handshakes: Option<prometheus::IntCounterVec>,
-    ) -> App {
+    fn new(router: Router, slots: Slots, local: SocketAddr, shared: Arc<Shared>) -> App {
         App {
             h2: H2Server::new(router.clone()),
             router,
             slots,
             local,
             alpn: Arc::from("h3"),
-            handshaking: Rc::new(Cell::new(0)),
-            retry_above,
-            handshakes,
+            shared,
         }
     }
 
     /// One connection attempt's end in `teapot_http3_handshakes_total`.
     fn count(&self, result: &str) {
-        if let Some(c) = &self.handshakes {
+        if let Some(c) = &self.shared.handshakes {
             c.with_label_values(&[result]).inc();
         }
     }
@@ -387,8 +473,8 @@ impl App {
     /// enough handshakes are in flight to suspect a flood.
     fn must_validate(&self, incoming: &quinn::Incoming) -> bool {
         must_validate(
-            self.handshaking.get(),
-            self.retry_above,
+            self.shared.handshaking.load(Ordering::Relaxed),
+            self.shared.retry_above,
             incoming.remote_address_validated(),
             incoming.may_retry(),
         )

@@ -18,7 +18,9 @@
 //!   [`h2_stream`], below them.
 //! - [`h3`]: HTTP/3 on quinn and h3 (`--http3`), its streams handed to
 //!   the same pipeline and backend paths as HTTP/2 streams, through
-//!   [`h2_stream`]'s `Client`.
+//!   [`h2_stream`]'s `Client`; an endpoint on every serving thread, the
+//!   kernel steering each packet to its connection's thread
+//!   ([`quic_threads`]); the fleet's keys ([`quic_keys`]).
 //! - [`filters`]: the Gateway API filters as pure functions (rewrites,
 //!   redirects, header edits, mirrors), for both engines; [`mirror`]
 //!   sends RequestMirror copies within per-namespace slots.
@@ -70,6 +72,7 @@ pub mod passthrough;
 pub mod pipeline;
 pub mod proxy;
 pub mod quic_keys;
+pub mod quic_threads;
 mod serve_error;
 pub mod serving;
 pub mod tls;

@@ -16,7 +16,10 @@
 //! its own key, and it drops the packet). Likewise a Retry token one
 //! replica gave is good at another.
 //!
-//! Without a key file each process draws its own keys (quinn's default).
+//! Without a key file each process draws its own keys once
+//! ([`QuicKeys::random`]), which all its serving threads' endpoints share:
+//! a packet one thread's endpoint does not know is checked and reset
+//! under the same keys as at the thread that issued its ID.
 
 use std::sync::Arc;
 
@@ -96,14 +99,31 @@ impl QuicKeys {
         })
     }
 
-    /// The endpoint's settings with this reset key, and connection IDs
-    /// whose check every replica verifies (quinn drops a packet whose ID
-    /// fails it, without a reset).
-    pub fn endpoint_config(&self) -> quinn::EndpointConfig {
+    /// Keys of this process alone, drawn from the system's random source.
+    pub fn random() -> Result<QuicKeys, ServeError> {
+        use ring::rand::SecureRandom;
+        let mut secret = [0u8; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut secret)
+            .map_err(|_| ServeError::Tls("drawing the QUIC keys".into()))?;
+        // Hex, so that no byte is taken for surrounding whitespace.
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        QuicKeys::from_secret(hex.as_bytes())
+    }
+
+    /// The settings of serving thread `thread`'s endpoint: this reset key,
+    /// and connection IDs that start with the thread's index (what the
+    /// kernel steers by: crate::plane::quic_threads) and carry a check
+    /// every replica verifies (quinn drops a packet whose ID fails it,
+    /// without a reset).
+    pub fn endpoint_config(&self, thread: u8) -> quinn::EndpointConfig {
         let mut config = quinn::EndpointConfig::new(self.reset.clone());
         let cid = self.cid;
         config.cid_generator(move || {
-            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid))
+            Box::new(crate::plane::quic_threads::ThreadConnectionIds::new(
+                thread,
+                quinn_proto::HashedConnectionIdGenerator::from_key(cid),
+            ))
         });
         config.min_reset_interval(MIN_RESET_INTERVAL);
         config

@@ -1,7 +1,8 @@
 //! Thread-per-core serving: the HTTP and HTTPS listeners run on `N`
 //! serving threads, each a single-threaded tokio runtime with its own
 //! listening socket per address and its own edge application (HTTP/1
-//! engine with its upstream pool, HTTP/2 application).
+//! engine with its upstream pool, HTTP/2 application), and, with HTTP/3,
+//! its own QUIC endpoint (crate::plane::h3).
 //!
 //! Why: a connection and every request on it stay on the thread that
 //! accepted it. Nothing is stolen between workers, no wake-up crosses
@@ -130,6 +131,16 @@ pub struct ThreadServing {
     app: Arc<Edge>,
     http: Option<TcpListener>,
     https: Option<(Service<Edge>, Fds)>,
+    /// This thread's HTTP/3 endpoint (crate::plane::h3), when served.
+    quic: Option<crate::plane::h3::QuicThread>,
+}
+
+impl ThreadServing {
+    /// This thread also serves HTTP/3 on `quic`'s socket.
+    pub fn with_quic(mut self, quic: Option<crate::plane::h3::QuicThread>) -> ThreadServing {
+        self.quic = quic;
+        self
+    }
 }
 
 /// The serving threads' application.
@@ -174,6 +185,7 @@ pub fn service(
         app: Arc::new(app),
         http: sockets.http,
         https,
+        quic: None,
     })
 }
 
@@ -398,9 +410,22 @@ impl ServingThreads {
             let thread = std::thread::Builder::new()
                 .name(format!("teapot-serve-{i}"))
                 .spawn(move || {
-                    runtime.block_on(async move {
+                    // A `LocalSet`: the HTTP/3 endpoint's connections are
+                    // tasks of this thread (crate::plane::h3).
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&runtime, async move {
                         let give_back = tokio::spawn(give_back_memory());
-                        let ThreadServing { app, http, https } = serving;
+                        let ThreadServing {
+                            app,
+                            http,
+                            https,
+                            quic,
+                        } = serving;
+                        // Not joined: it drains on `stop` by itself, and
+                        // `Http3::finish` waits for it before the release.
+                        if let Some(quic) = quic {
+                            drop(tokio::task::spawn_local(quic.serve(stop.clone())));
+                        }
                         let plain = http.map(|l| tokio::spawn(accept_plain(l, app, stop.clone())));
                         if let Some((mut service, fds)) = https {
                             let fds = Arc::new(parking_lot::Mutex::new(fds));

@@ -9,7 +9,10 @@
 //!   target): with the fleet's `--quic-key-file` the other replica's
 //!   stateless reset ends it at once and the client's next request is
 //!   answered on a new connection; with keys of its own per process the
-//!   client waits for its idle timeout. Each run prints its times.
+//!   client waits for its idle timeout. Each run prints its times;
+//! - a client whose NAT rebinds its port mid-connection, at a replica
+//!   with several serving threads, stays on the thread that holds its
+//!   connection (the kernel steers by connection ID).
 
 use crate::common;
 use crate::http3_e2e::{aioquic_python, get, one_ingress_served, run_client, web_behind_a_test};
@@ -148,4 +151,35 @@ async fn without_a_shared_key_a_moved_connection_waits_for_its_idle_timeout() {
     assert_eq!(moved["first"], 200, "{moved}");
     assert_eq!(moved["ended_by"], "idle_timeout", "{moved}");
     assert_eq!(moved["second"], 200, "{moved}");
+}
+
+/// Clients whose NAT rebinds their port mid-connection, at a replica
+/// with four serving threads, each with its own HTTP/3 endpoint. Spread
+/// by the kernel's 4-tuple hash, three rebinding connections in four
+/// would reach another thread's endpoint, which resets them; steered by
+/// the connection ID, every one stays on its thread and its second
+/// request is answered on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_nat_rebinds_stays_on_its_serving_thread() {
+    let Some(python) = aioquic_python() else {
+        return;
+    };
+    const CONNECTIONS: u64 = 24;
+    let (_backend, objects) = web_behind_a_test(NS).await;
+    let h = Harness::start_with_args(
+        &[("manifests.yaml", docs(&objects))],
+        &["--http3", "--threads", "4"],
+    )
+    .await;
+    one_ingress_served(&h).await;
+    let spec = json!({
+        "addr": format!("127.0.0.1:{}", h.proxy.https.port()),
+        "rebind": CONNECTIONS,
+        "sni": "a.test",
+        "requests": [get("a.test", "/before"), get("a.test", "/after")],
+        "client_idle": 5,
+        "timeout": 60,
+    });
+    let rebound = h3_object(&python, spec).await;
+    assert_eq!(rebound["kept"], CONNECTIONS, "{rebound}");
 }
