@@ -133,9 +133,8 @@ fn member(addr: SocketAddr) -> std::io::Result<UdpSocket> {
         Some(socket2::Protocol::UDP),
     )?;
     socket.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
+    // An IPv6 address takes IPv4 too where the system says so
+    // (`net.ipv6.bindv6only`), as the TCP listeners at it do.
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }
@@ -224,7 +223,12 @@ mod tests {
     /// new source port each time: what a rebinding NAT does).
     fn receiver(group: &[UdpSocket], packet: &[u8]) -> usize {
         let to = group[0].local_addr().unwrap();
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let from = if to.is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        };
+        let client = UdpSocket::bind(from).unwrap();
         client.send_to(packet, to).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         let mut buf = [0u8; 128];
@@ -257,6 +261,22 @@ mod tests {
                     usize::from(thread)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_steering_reads_the_same_bytes_over_ipv6() {
+        // The program sees the UDP payload, whatever the IP version.
+        let Ok(first) = bind_first("[::1]:0".parse().unwrap()) else {
+            return; // no IPv6 loopback here
+        };
+        let group = per_thread(first, 3).unwrap();
+        for s in &group {
+            s.set_nonblocking(true).unwrap();
+        }
+        for thread in 0..3u8 {
+            assert_eq!(receiver(&group, &short(thread)), usize::from(thread));
+            assert_eq!(receiver(&group, &long(thread + 3)), usize::from(thread));
         }
     }
 
