@@ -22,7 +22,8 @@
 //! - each Service has one EndpointSlice with 3 ready IPv4 endpoints.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
@@ -169,7 +170,7 @@ pub fn synthetic_store(ingresses: usize) -> Store {
         },
         Object::IngressClass(ingress_class()),
         Origin {
-            file: PathBuf::from("synthetic/ingress-class.yaml"),
+            file: Arc::from(Path::new("synthetic/ingress-class.yaml")),
             document: 0,
         },
     );
@@ -180,7 +181,7 @@ pub fn synthetic_store(ingresses: usize) -> Store {
         if i % INGRESSES_PER_NAMESPACE == 0 {
             document = 0;
         }
-        let file = PathBuf::from(format!("synthetic/{namespace}.yaml"));
+        let file: Arc<Path> = Arc::from(Path::new(&format!("synthetic/{namespace}.yaml")));
         let mut put = |kind: Kind, name: String, object: Object| {
             store.insert(
                 ObjectKey {
@@ -301,7 +302,7 @@ pub fn synthetic_gateway_store(routes: usize) -> Store {
                 serde_json::from_value(gateway).expect("a valid Gateway"),
             )),
             Origin {
-                file: PathBuf::from(format!("synthetic/{namespace}-gateway.yaml")),
+                file: Arc::from(Path::new(&format!("synthetic/{namespace}-gateway.yaml"))),
                 document: 0,
             },
         );

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -165,7 +166,7 @@ impl FileCache {
             && cached
                 .keys
                 .iter()
-                .all(|(key, _)| previous.origin(key).is_some_and(|o| o.file == file));
+                .all(|(key, _)| previous.origin(key).is_some_and(|o| *o.file == *file));
         whole.then_some(cached)
     }
 }
@@ -390,7 +391,7 @@ pub fn load_named(
             // definition serves.
             let elsewhere = previous
                 .origin(key)
-                .is_some_and(|origin| origin.file != *path);
+                .is_some_and(|origin| *origin.file != **path);
             if elsewhere || !added.insert(key.clone()) {
                 return Err("an object defined by another file too");
             }
@@ -487,7 +488,7 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
                 unread = true;
                 changed = None;
                 let origin = Origin {
-                    file: file.clone(),
+                    file: Arc::from(file.as_path()),
                     document: 0,
                 };
                 let kept = retain_hidden(previous, &origin, &mut loaded.store);
@@ -504,7 +505,7 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
     }
     let mut keys: HashMap<&Path, Vec<(ObjectKey, usize)>> = HashMap::new();
     loaded.store.for_each_key(|key, origin| {
-        keys.entry(origin.file.as_path())
+        keys.entry(&*origin.file)
             .or_default()
             .push((key, origin.document));
     });
@@ -547,9 +548,10 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
 /// them, with the same check against definitions in earlier files that
 /// parsing it would make.
 fn take_over(file: &Path, cached: &CachedFile, previous: &Store, loaded: &mut Loaded) {
+    let shared: Arc<Path> = Arc::from(file);
     for (key, document) in &cached.keys {
         let origin = Origin {
-            file: file.to_path_buf(),
+            file: shared.clone(),
             document: *document,
         };
         if loaded.store.contains(key) {
@@ -572,9 +574,10 @@ fn duplicate(origin: &Origin, key: &ObjectKey) -> Problem {
 
 /// Reads the documents of one file's text into `loaded`.
 pub fn load_text(file: &Path, text: &str, previous: &Store, loaded: &mut Loaded) {
+    let shared: Arc<Path> = Arc::from(file);
     for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = Origin {
-            file: file.to_path_buf(),
+            file: shared.clone(),
             document: index,
         };
         let value = match <serde_json::Value as serde::Deserialize>::deserialize(document) {
@@ -733,7 +736,7 @@ fn problem(
     kept_previous: bool,
 ) -> Problem {
     Problem {
-        file: origin.file.clone(),
+        file: origin.file.to_path_buf(),
         document: origin.document,
         object,
         field,
@@ -793,6 +796,12 @@ mod tests {
         assert!(l.problems.is_empty(), "{:?}", l.problems);
         assert_eq!(l.store.services.len(), 1);
         assert_eq!(l.store.ingress_classes.len(), 1);
+        // Every object of a file holds one shared path, not a copy each.
+        let mut origins = Vec::new();
+        l.store
+            .for_each_key(|_, origin| origins.push(origin.file.clone()));
+        assert_eq!(origins.len(), 2);
+        assert!(Arc::ptr_eq(&origins[0], &origins[1]));
     }
 
     #[test]

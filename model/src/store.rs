@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
@@ -66,10 +66,12 @@ impl hashbrown::Equivalent<NsName> for NsRef<'_> {
     }
 }
 
-/// Where an object was read from.
+/// Where an object was read from. The file's path is shared by every
+/// object read from it: the store copy of a load by name clones every
+/// object's origin, and an `Arc` makes that a count, not an allocation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Origin {
-    pub file: PathBuf,
+    pub file: Arc<Path>,
     /// Zero-based index of the YAML document in the file.
     pub document: usize,
 }

@@ -620,7 +620,7 @@ fn admit_pass(
             continue;
         }
         loaded.problems.push(Problem {
-            file: origin.file,
+            file: origin.file.to_path_buf(),
             document: origin.document,
             object: Some(object),
             field: violations.first().map(|v| v.field.clone()),

@@ -20,7 +20,7 @@
 //! webhook refuses everything.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -742,7 +742,7 @@ impl SourceState {
             }
         };
         let problem = Problem {
-            file: origin.file,
+            file: origin.file.to_path_buf(),
             document: 0,
             object: Some(key.to_string()),
             field: e.field,
@@ -800,7 +800,7 @@ fn origin_of(resource: &ApiResource, key: &ObjectKey) -> Origin {
         )
     };
     Origin {
-        file: PathBuf::from(path),
+        file: std::sync::Arc::from(std::path::Path::new(&path)),
         document: 0,
     }
 }
@@ -892,7 +892,7 @@ mod tests {
         assert!(!p.kept_previous);
         assert_eq!(
             p.file,
-            PathBuf::from("kube:/apis/teapot.dev/v1alpha1/tenants/bad")
+            std::path::PathBuf::from("kube:/apis/teapot.dev/v1alpha1/tenants/bad")
         );
 
         let mut changes = source.changes();

@@ -100,7 +100,7 @@ fn whole(text: &str, file: &Path) -> Store {
             },
             object,
             Origin {
-                file: file.to_path_buf(),
+                file: std::sync::Arc::from(file),
                 document,
             },
         );
