@@ -127,12 +127,8 @@ pub fn bind_first(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 fn member(addr: SocketAddr) -> std::io::Result<UdpSocket> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )?;
-    socket.set_reuse_port(true)?;
+    let socket =
+        crate::plane::serving::group_member(addr, socket2::Type::DGRAM, socket2::Protocol::UDP)?;
     // An IPv6 address takes IPv4 too where the system says so
     // (`net.ipv6.bindv6only`), as the TCP listeners at it do.
     socket.bind(&addr.into())?;
