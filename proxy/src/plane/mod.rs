@@ -39,7 +39,8 @@
 //! - [`access_log`]: one line per request and L4 connection, written off
 //!   the request path; [`trace`]: `X-Request-Id` and `traceparent`.
 //! - [`logflood`]: holding back a client's flood of library log lines.
-//! - [`serving`]: the serving threads, one per core, and their sockets;
+//! - [`serving`]: the serving threads, one per core, and their sockets
+//!   (each a member of its address's `SO_REUSEPORT` group: `socket_group`);
 //!   [`ServeError`], why they could not start (the server wraps it in
 //!   the process's error).
 //!
@@ -75,6 +76,7 @@ pub mod quic_keys;
 pub mod quic_threads;
 mod serve_error;
 pub mod serving;
+mod socket_group;
 pub mod tls;
 pub mod trace;
 pub mod traffic;

@@ -128,7 +128,7 @@ pub fn bind_first(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 
 fn member(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let socket =
-        crate::plane::serving::group_member(addr, socket2::Type::DGRAM, socket2::Protocol::UDP)?;
+        crate::plane::socket_group::member(addr, socket2::Type::DGRAM, socket2::Protocol::UDP)?;
     // An IPv6 address takes IPv4 too where the system says so
     // (`net.ipv6.bindv6only`), as the TCP listeners at it do.
     socket.bind(&addr.into())?;

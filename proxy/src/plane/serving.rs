@@ -97,21 +97,9 @@ const BACKLOG: i32 = 4096;
 /// handing it over anyway (`TCP_DEFER_ACCEPT`).
 const DEFER_ACCEPT_SECS: u32 = 1;
 
-/// A socket of `ty` for `addr` that joins the address's `SO_REUSEPORT`
-/// group (not bound yet): the serving threads' TCP listeners and their
-/// HTTP/3 UDP sockets (crate::plane::quic_threads) alike.
-pub(crate) fn group_member(
-    addr: SocketAddr,
-    ty: socket2::Type,
-    protocol: socket2::Protocol,
-) -> std::io::Result<socket2::Socket> {
-    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), ty, Some(protocol))?;
-    socket.set_reuse_port(true)?;
-    Ok(socket)
-}
-
 fn reuse_port_socket(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = group_member(addr, socket2::Type::STREAM, socket2::Protocol::TCP)?;
+    let socket =
+        crate::plane::socket_group::member(addr, socket2::Type::STREAM, socket2::Protocol::TCP)?;
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
     // Heads and small answers go out at once. Set here, every accepted
