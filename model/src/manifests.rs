@@ -548,13 +548,12 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
 /// them, with the same check against definitions in earlier files that
 /// parsing it would make.
 fn take_over(file: &Path, cached: &CachedFile, previous: &Store, loaded: &mut Loaded) {
-    let shared: Arc<Path> = Arc::from(file);
     for (key, document) in &cached.keys {
-        let origin = Origin {
-            file: shared.clone(),
-            document: *document,
-        };
         if loaded.store.contains(key) {
+            let origin = Origin {
+                file: Arc::from(file),
+                document: *document,
+            };
             loaded.problems.push(duplicate(&origin, key));
             continue;
         }

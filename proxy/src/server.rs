@@ -666,7 +666,7 @@ pub async fn run(
     let passthrough: pingora_core::listeners::PreTlsCallback = Arc::new(shared_hook);
     // HTTP/3: an endpoint on each serving thread, each its own socket of
     // one group, the kernel steering packets by connection ID.
-    let (http3, mut quic_threads) = match (listeners.quic.take(), &sni) {
+    let (http3, quic_threads) = match (listeners.quic.take(), &sni) {
         (None, _) => (None, Vec::new()),
         (Some(socket), Some(sni)) => {
             let addr = socket.local_addr()?;
@@ -697,13 +697,13 @@ pub async fn run(
         .into_iter()
         .map(|app| app.with_pre_tls(passthrough.clone()))
         .collect();
-    quic_threads.reverse();
+    let mut quic_threads = quic_threads.into_iter();
     let services = crate::plane::serving::per_thread(listeners.http, listeners.https, threads)?
         .into_iter()
         .zip(apps)
         .map(|(sockets, app)| {
             crate::plane::serving::service(app, sockets, &|| tls(None))
-                .map(|serving| serving.with_quic(quic_threads.pop()))
+                .map(|serving| serving.with_quic(quic_threads.next()))
         })
         .collect::<Result<Vec<_>, ServeError>>()?;
     let mut serving = crate::plane::serving::ServingThreads::start(services, stop_rx.clone())?;

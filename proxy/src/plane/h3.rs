@@ -219,7 +219,7 @@ impl std::fmt::Debug for QuicThread {
 /// Until every thread's endpoint runs (or one could not start).
 pub struct Http3Starting {
     started: std::sync::mpsc::Receiver<Result<quinn::Endpoint, ServeError>>,
-    threads: usize,
+    /// One per endpoint: its drain is over.
     done: Vec<oneshot::Receiver<()>>,
 }
 
@@ -282,7 +282,6 @@ impl Http3 {
         }
         let starting = Http3Starting {
             started: starting,
-            threads: threads.len(),
             done,
         };
         Ok((starting, threads))
@@ -311,8 +310,8 @@ impl Http3Starting {
     /// Once the serving threads run: every endpoint's start, or the first
     /// error.
     pub fn started(self) -> Result<Http3, ServeError> {
-        let mut endpoints = Vec::with_capacity(self.threads);
-        for _ in 0..self.threads {
+        let mut endpoints = Vec::with_capacity(self.done.len());
+        for _ in 0..self.done.len() {
             let endpoint = self
                 .started
                 .recv()
