@@ -312,7 +312,8 @@ async fn lead(
         Some(((), ()))
     });
     let mut stop = shutdown.clone();
-    Controller::for_stream_with(cluster_events, store, clusters)
+    let cluster_store = store.clone();
+    let controller = Controller::for_stream_with(cluster_events, store, clusters)
         .watches_with(
             Api::<DynamicObject>::all_with(config.management.clone(), &ctx.machines),
             ctx.machines.clone(),
@@ -327,6 +328,11 @@ async fn lead(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "Cluster controller event");
             }
-        })
-        .await;
+        });
+    // Ends at once if stopped before the Clusters listed.
+    let mut shutdown = shutdown;
+    teapot_sync::stopping::until_stopped(controller, cluster_store, async move {
+        stopped(&mut shutdown).await
+    })
+    .await;
 }

@@ -43,6 +43,7 @@ use teapot_api::gateway_api::{
 };
 use teapot_api::hostname::mirrored_ingress_name;
 use teapot_api::route_policy::RouteTrafficPolicy;
+use teapot_sync::stopping::until_stopped;
 use teapot_sync::{AGENT, APP_MANAGED_BY_LABEL, Listed, Shared, backoff};
 use tokio::sync::watch;
 
@@ -634,7 +635,7 @@ fn gateway_controller(
 ) -> BoxFuture<'static, ()> {
     let (gateways, store) = (w.gateways.applied(), w.gateways.store());
     let (secrets_store, grants_gateways) = (store.clone(), store.clone());
-    Controller::for_stream(gateways, store)
+    let controller = Controller::for_stream(gateways, store.clone())
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<Gateway>(&ctx), |lb: Gateway| source_ref(&lb))
         .watches_stream(ctx.watches.tls_secrets.touched(), move |s: Secret| {
@@ -650,14 +651,14 @@ fn gateway_controller(
             })
         })
         .reconcile_all_on(resync_ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
+        .graceful_shutdown_on(stop(shutdown.clone()))
         .run(reconcile_gateway, error_policy::<Gateway>, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "Gateway controller event");
             }
-        })
-        .boxed()
+        });
+    until_stopped(controller, store, stop(shutdown)).boxed()
 }
 
 fn listener_set_controller(
@@ -668,7 +669,7 @@ fn listener_set_controller(
 ) -> BoxFuture<'static, ()> {
     let (sets, store) = (sets.applied(), sets.store());
     let (secrets_store, gateways_store) = (store.clone(), store.clone());
-    Controller::for_stream(sets, store)
+    let controller = Controller::for_stream(sets, store.clone())
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<ListenerSet>(&ctx), |lb: ListenerSet| {
             source_ref(&lb)
@@ -688,14 +689,14 @@ fn listener_set_controller(
             })
         })
         .reconcile_all_on(resync_ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
+        .graceful_shutdown_on(stop(shutdown.clone()))
         .run(reconcile_listener_set, error_policy::<ListenerSet>, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "ListenerSet controller event");
             }
-        })
-        .boxed()
+        });
+    until_stopped(controller, store, stop(shutdown)).boxed()
 }
 
 /// `sets`: the tenant cluster serves ListenerSets ([`probe_listener_sets`]),
@@ -714,7 +715,7 @@ fn route_controller<K: Route>(
             Some(sets) => sets.touched().boxed(),
             None => futures::stream::pending().boxed(),
         };
-    Controller::for_stream(routes, store)
+    let controller = Controller::for_stream(routes, store.clone())
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(lb_copies::<K>(&ctx), |lb: K| source_ref(&lb))
         .watches_stream(ctx.watches.services.touched(), move |s: Service| {
@@ -749,14 +750,14 @@ fn route_controller<K: Route>(
             })
         })
         .reconcile_all_on(resync_ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
+        .graceful_shutdown_on(stop(shutdown.clone()))
         .run(reconcile_route::<K>, error_policy::<K>, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "route controller event");
             }
-        })
-        .boxed()
+        });
+    until_stopped(controller, store, stop(shutdown)).boxed()
 }
 
 fn backend_tls_policy_controller(
@@ -765,7 +766,7 @@ fn backend_tls_policy_controller(
 ) -> BoxFuture<'static, ()> {
     let (policies, store) = primary(Api::<BackendTlsPolicy>::all(ctx.tenant.clone()));
     let config_maps_store = store.clone();
-    Controller::for_stream(policies, store)
+    let controller = Controller::for_stream(policies, store.clone())
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(
             lb_copies::<BackendTlsPolicy>(&ctx),
@@ -778,7 +779,7 @@ fn backend_tls_policy_controller(
             })
         })
         .reconcile_all_on(resync_ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
+        .graceful_shutdown_on(stop(shutdown.clone()))
         .run(
             reconcile_backend_tls_policy,
             error_policy::<BackendTlsPolicy>,
@@ -788,8 +789,8 @@ fn backend_tls_policy_controller(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "BackendTLSPolicy controller event");
             }
-        })
-        .boxed()
+        });
+    until_stopped(controller, store, stop(shutdown)).boxed()
 }
 
 fn route_traffic_policy_controller(
@@ -798,7 +799,7 @@ fn route_traffic_policy_controller(
 ) -> BoxFuture<'static, ()> {
     let (policies, store) = primary(Api::<RouteTrafficPolicy>::all(ctx.tenant.clone()));
     let users_store = store.clone();
-    Controller::for_stream(policies, store)
+    let controller = Controller::for_stream(policies, store.clone())
         .with_config(ControllerConfig::default().debounce(std::time::Duration::from_millis(20)))
         .watches_stream(
             lb_copies::<RouteTrafficPolicy>(&ctx),
@@ -813,7 +814,7 @@ fn route_traffic_policy_controller(
             })
         })
         .reconcile_all_on(resync_ticks(ctx.clone()))
-        .graceful_shutdown_on(stop(shutdown))
+        .graceful_shutdown_on(stop(shutdown.clone()))
         .run(
             reconcile_route_traffic_policy,
             error_policy::<RouteTrafficPolicy>,
@@ -823,13 +824,17 @@ fn route_traffic_policy_controller(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "RouteTrafficPolicy controller event");
             }
-        })
-        .boxed()
+        });
+    until_stopped(controller, store, stop(shutdown)).boxed()
 }
 
 /// The Gateway and route controllers, until `shutdown` turns true.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
-    let served = probe_listener_sets(&ctx.tenant).await.unwrap_or(false);
+    // A tenant API server that does not answer holds no stop.
+    let served = tokio::select! {
+        served = probe_listener_sets(&ctx.tenant) => served.unwrap_or(false),
+        () = stop(shutdown.clone()) => return,
+    };
     // The gateway controllers wait for nothing else to list: their
     // reconciles read the objects they are triggered by.
     let mut listed = Listed::default();

@@ -56,6 +56,7 @@ use parking_lot::Mutex;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::Value;
 use teapot_api::lease::{LeaseOptions, while_leading};
+use teapot_sync::stopping::until_stopped;
 use teapot_sync::{AGENT, Listed, Mode, Shared, SyncConfig, SyncMetrics};
 use tokio::sync::watch;
 
@@ -551,6 +552,7 @@ async fn lead(
         .map(move |()| ctx.forget_applied())
     };
     let debounce = ControllerConfig::default().debounce(Duration::from_millis(20));
+    let ingress_store = store.clone();
     let ingress_controller = Controller::for_stream(ingresses, store)
         .with_config(debounce.clone())
         .watches_stream(lb_ingresses, |lb: Ingress| ingress::lb_ingress_source(&lb))
@@ -599,6 +601,7 @@ async fn lead(
             }
         });
     let (gateway_ctx, gateway_stop) = (ctx.clone(), shutdown.clone());
+    let service_store = watches.services.store();
     let service_controller =
         Controller::for_stream(watches.services.applied(), watches.services.store())
             .with_config(debounce)
@@ -606,7 +609,7 @@ async fn lead(
                 service::lb_service_source(&lb)
             })
             .reconcile_all_on(ticks(ctx.clone()))
-            .graceful_shutdown_on(stop(shutdown))
+            .graceful_shutdown_on(stop(shutdown.clone()))
             .run(service::reconcile, service::error_policy, ctx)
             .for_each(|result| async move {
                 if let Err(e) = result {
@@ -618,7 +621,14 @@ async fn lead(
             gateway::run_controllers(gateway_ctx, gateway_stop).await;
         }
     };
-    futures::future::join3(ingress_controller, service_controller, gateway_api).await;
+    // Each ends at once if stopped before its own watch listed
+    // (teapot_sync::stopping).
+    futures::future::join3(
+        until_stopped(ingress_controller, ingress_store, stop(shutdown.clone())),
+        until_stopped(service_controller, service_store, stop(shutdown)),
+        gateway_api,
+    )
+    .await;
     gc_task.abort();
     let _ = sync.await;
     Ok(())

@@ -54,6 +54,7 @@ use teapot_api::hostname::mirrored_service_name;
 use teapot_api::names::SERVICE_NAME_LABEL;
 
 pub mod shared;
+pub mod stopping;
 pub use shared::Shared;
 
 /// Label on every LB object the agent writes: the tenant namespace.
@@ -907,7 +908,8 @@ pub async fn run_shared(
         futures::stream::select(node_changes(node_stream, nodes), ticks),
         futures::stream::select(relists, lb_slice_stream),
     );
-    Controller::for_stream(services.applied(), services.store())
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let controller = Controller::for_stream(services.applied(), services.store())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_stream(slice_stream, |slice: EndpointSlice| {
             let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
@@ -918,7 +920,7 @@ pub async fn run_shared(
             Some(ObjectRef::<Service>::new(&name).within(&namespace))
         })
         .reconcile_all_on(all)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
             let metrics = metrics.clone();
@@ -928,8 +930,8 @@ pub async fn run_shared(
                     Err(e) => tracing::debug!(error = %e, "sync controller event"),
                 }
             }
-        })
-        .await;
+        });
+    stopping::until_stopped(controller, services.store(), shutdown).await;
 }
 
 #[cfg(test)]
