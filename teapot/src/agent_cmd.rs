@@ -36,7 +36,7 @@ pub(crate) struct AgentArgs {
     #[arg(long)]
     no_install_class: bool,
     /// Admin listener: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "127.0.0.1:9081")]
+    #[arg(long, default_value = "127.0.0.1:9081", value_parser = crate::listen_addr::listener)]
     admin: String,
     /// Namespace of the leader-election Lease in the tenant cluster (default: POD_NAMESPACE, else the service account's namespace, else teapot-system).
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]

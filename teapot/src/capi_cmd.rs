@@ -42,7 +42,7 @@ pub(crate) struct CapiArgs {
     #[arg(long, default_value_t = 300)]
     resync_seconds: u64,
     /// Admin listener: /healthz, /readyz, /metrics.
-    #[arg(long, default_value = "127.0.0.1:9082")]
+    #[arg(long, default_value = "127.0.0.1:9082", value_parser = crate::listen_addr::listener)]
     admin: String,
     /// Namespace of the leader-election Lease in the LB cluster (default: the first --lb-namespace).
     #[arg(long, value_name = "NS")]

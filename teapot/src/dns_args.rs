@@ -11,7 +11,7 @@ use teapot_proxy::loops::dns_zone::DnsConfig;
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DnsArgs {
     /// Answer for the zone (default lb.DOMAIN) on ADDR:PORT, UDP and TCP; off unless set. The parent zone delegates to the fleet with NS records (docs/dns.md).
-    #[arg(long, env = "TEAPOT_DNS_LISTEN")]
+    #[arg(long, env = "TEAPOT_DNS_LISTEN", value_parser = crate::listen_addr::socket_addr)]
     dns_listen: Option<SocketAddr>,
     /// The zone served (default: lb.DOMAIN of --domain).
     #[arg(long, env = "TEAPOT_DNS_ZONE")]

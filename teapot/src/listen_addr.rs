@@ -4,18 +4,26 @@
 //! `[fd00::1]:9080`), and the chart cannot bracket by family. A listen
 //! address always has a port, so an unbracketed IPv6 address followed by
 //! `:PORT` has one reading: the address, then the port.
+//!
+//! The chart listens on `[::]:PORT`, every family the node has: both on a
+//! dual-stack or IPv6 node (teapot's listeners take IPv4 on `[::]`), and
+//! `0.0.0.0:PORT` on a node whose kernel runs without IPv6
+//! (`ipv6.disable=1`), where no IPv6 socket can be opened at all.
 
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// `ADDRESS:PORT` as a socket address, `[v6]:PORT` or an unbracketed
 /// `v6:PORT` alike.
 pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    bare_v6(text).ok_or_else(|| {
-        format!("{text:?} is not ADDRESS:PORT (an IPv6 address as [ADDRESS]:PORT or ADDRESS:PORT)")
-    })
+    let addr = match text.parse::<SocketAddr>() {
+        Ok(addr) => addr,
+        Err(_) => bare_v6(text).ok_or_else(|| {
+            format!(
+                "{text:?} is not ADDRESS:PORT (an IPv6 address as [ADDRESS]:PORT or ADDRESS:PORT)"
+            )
+        })?,
+    };
+    Ok(every_family(addr, host_has_ipv6))
 }
 
 /// A listener flag that also takes a host name (`localhost:9080`) or
@@ -24,7 +32,26 @@ pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
 pub(crate) fn listener(text: &str) -> Result<String, String> {
     // A socket address never has an unbracketed IPv6 address, so what
     // `bare_v6` reads is never one already.
-    Ok(bare_v6(text).map_or_else(|| text.to_string(), |addr| addr.to_string()))
+    let addr = bare_v6(text).or_else(|| text.parse::<SocketAddr>().ok());
+    Ok(addr.map_or_else(
+        || text.to_string(),
+        |addr| every_family(addr, host_has_ipv6).to_string(),
+    ))
+}
+
+/// `[::]:PORT` where the host can open an IPv6 socket, else
+/// `0.0.0.0:PORT`; any other address as it is.
+fn every_family(addr: SocketAddr, has_ipv6: impl FnOnce() -> bool) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) if v6.ip().is_unspecified() && !has_ipv6() => {
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, v6.port()))
+        }
+        addr => addr,
+    }
+}
+
+fn host_has_ipv6() -> bool {
+    std::net::UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).is_ok()
 }
 
 fn bare_v6(text: &str) -> Option<SocketAddr> {
@@ -55,6 +82,26 @@ mod tests {
         assert_eq!(listener("2001:db8::5:9080").unwrap(), "[2001:db8::5]:9080");
         assert_eq!(listener("10.0.0.5:9080").unwrap(), "10.0.0.5:9080");
         assert_eq!(listener("[::1]:9080").unwrap(), "[::1]:9080");
+    }
+
+    #[test]
+    fn the_unspecified_ipv6_address_falls_back_to_ipv4_only_without_ipv6() {
+        let any: SocketAddr = "[::]:8080".parse().unwrap();
+        assert_eq!(every_family(any, || true), any);
+        assert_eq!(
+            every_family(any, || false),
+            "0.0.0.0:8080".parse::<SocketAddr>().unwrap()
+        );
+        // A named IPv6 address fails to bind there, as it should.
+        let named: SocketAddr = "[2001:db8::1]:8080".parse().unwrap();
+        assert_eq!(every_family(named, || false), named);
+        // This machine has IPv6: the flags keep `[::]`.
+        assert!(host_has_ipv6());
+        assert_eq!(listener("[::]:8080").unwrap(), "[::]:8080");
+        assert_eq!(
+            socket_addr("[::]:53").unwrap(),
+            "[::]:53".parse::<SocketAddr>().unwrap()
+        );
     }
 
     #[test]

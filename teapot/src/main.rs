@@ -97,10 +97,10 @@ enum Command {
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ListenArgs {
     /// Plain HTTP listener ("off" to disable).
-    #[arg(long, default_value = "0.0.0.0:8080", value_parser = listen_addr::listener)]
+    #[arg(long, default_value = "[::]:8080", value_parser = listen_addr::listener)]
     pub(crate) http: String,
     /// HTTPS listener ("off" to disable).
-    #[arg(long, default_value = "0.0.0.0:8443", value_parser = listen_addr::listener)]
+    #[arg(long, default_value = "[::]:8443", value_parser = listen_addr::listener)]
     pub(crate) https: String,
     /// Admin listener: /healthz, /readyz, /metrics, /status (an IPv6 address bracketed or not: `fd00::1:9080`).
     #[arg(long, default_value = "127.0.0.1:9080", value_parser = listen_addr::listener)]

@@ -39,7 +39,7 @@ impl PolicyArgs {
 #[derive(clap::Args, Debug)]
 pub(crate) struct WebhookArgs {
     /// HTTPS listener.
-    #[arg(long, default_value = "0.0.0.0:8443")]
+    #[arg(long, default_value = "[::]:8443", value_parser = crate::listen_addr::socket_addr)]
     listen: SocketAddr,
     /// PEM certificate chain served to the API server (reloaded when it changes).
     #[arg(long, env = "TEAPOT_WEBHOOK_CERT")]

@@ -326,12 +326,14 @@ impl EdgeApp<crate::plane::h2::H2Server> {
         local: Option<SocketAddr>,
         stop: &ShutdownWatch,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        use crate::plane::socket_group::canonical;
+        let client = canonical(client);
         let slot = self.admit(Some(client.ip()))?;
         let shutdown = self.finish_on(stop);
         // TCP_NODELAY comes from the listener (crate::plane::serving).
         let info = ConnInfo {
             client: Some(client),
-            local: local.or_else(|| tcp.local_addr().ok()),
+            local: local.or_else(|| tcp.local_addr().ok()).map(canonical),
             ..ConnInfo::default()
         };
         // Cleartext HTTP/2 (prior knowledge) is told from HTTP/1 by the
@@ -481,7 +483,8 @@ where
         } else {
             let client = stream
                 .get_socket_digest()
-                .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+                .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
+                .map(|ip| ip.to_canonical());
             Some(self.admit(client)?)
         };
         let h2 = if tls {

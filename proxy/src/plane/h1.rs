@@ -87,7 +87,8 @@ fn engine_config(edge: &EdgeConfig, upstream: &UpstreamOptions, pool_size: usize
 pub fn conn_info(stream: &Stream) -> ConnInfo {
     let socket = stream.get_socket_digest();
     let inet = |a: Option<&pingora_core::protocols::l4::socket::SocketAddr>| {
-        a.and_then(|a| a.as_inet()).copied()
+        a.and_then(|a| a.as_inet())
+            .map(|a| crate::plane::socket_group::canonical(*a))
     };
     let ssl = stream.get_ssl_digest();
     ConnInfo {

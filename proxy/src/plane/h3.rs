@@ -514,7 +514,7 @@ impl App {
             .and_then(|d| d.server_name)
             .map(Arc::from);
         let info = ConnInfo {
-            client: Some(conn.remote_address()),
+            client: Some(crate::plane::socket_group::canonical(conn.remote_address())),
             local: Some(self.local),
             tls: true,
             tls_version: Some("TLSv1.3"),

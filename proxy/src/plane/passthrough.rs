@@ -121,6 +121,7 @@ impl Passthrough {
         let Some(peer) = stream
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())
+            .map(crate::plane::socket_group::canonical)
         else {
             return;
         };
@@ -160,6 +161,7 @@ fn client_ip(stream: &L4Stream) -> Option<IpAddr> {
     stream
         .get_socket_digest()
         .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
+        .map(|ip| ip.to_canonical())
 }
 
 #[async_trait]

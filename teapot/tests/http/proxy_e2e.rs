@@ -961,6 +961,68 @@ async fn forwarding_headers_are_overwritten_and_hop_by_hop_headers_stripped() {
     );
 }
 
+/// The chart's listeners are `[::]`, one socket for both families: an IPv4
+/// client arrives as `::ffff:127.0.0.1` and must be named as the IPv4
+/// client it is, in the forwarding fields and by an access list, on both
+/// listeners; an IPv6 client as itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_families_on_one_unspecified_ipv6_listener_are_named_as_themselves() {
+    const NS: &str = "dual";
+    let backend = echo(NS, "svc-dual", "dual-0").await;
+    let mut manifests = echo_service(NS, "svc-dual", &[&backend]);
+    manifests.push(simple_ingress(NS, "dual", "dual.test", "svc-dual"));
+    manifests.push(annotated(
+        NS,
+        "walled.test",
+        "svc-dual",
+        &[("whitelist-source-range", "127.0.0.0/8")],
+    ));
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("m.yaml"), docs(&manifests)).unwrap();
+    let proxy = teapot_testkit::process::ProxyProcess::start_on(
+        &teapot_bin(),
+        root.path(),
+        ("[::]:0", "[::]:0", "127.0.0.1:0"),
+        &[],
+    )
+    .await
+    .expect("teapot proxy starts on [::]");
+    for (client, ip) in [("127.0.0.1", "127.0.0.1"), ("::1", "::1")] {
+        let at = |port: u16| std::net::SocketAddr::new(client.parse().unwrap(), port);
+        let listeners = [
+            ("http", at(proxy.http.port()), Transport::Plain),
+            (
+                "https",
+                at(proxy.https.port()),
+                Transport::tls_insecure("dual.test"),
+            ),
+        ];
+        for (proto, addr, transport) in listeners {
+            let resp = send(addr, &transport, &Request::get("dual.test", "/")).await;
+            assert_eq!(resp.status, 200, "{client} {proto}: {}", resp.text());
+            let json = resp.json().unwrap();
+            assert_eq!(
+                json["headers"]["X-Forwarded-For"],
+                json!([ip]),
+                "{client} {proto}: {json:#}"
+            );
+            assert_eq!(
+                json["headers"]["X-Real-Ip"],
+                json!([ip]),
+                "{client} {proto}: {json:#}"
+            );
+        }
+        let walled = send(
+            at(proxy.http.port()),
+            &Transport::Plain,
+            &Request::get("walled.test", "/"),
+        )
+        .await;
+        let admitted = if client == "127.0.0.1" { 200 } else { 403 };
+        assert_eq!(walled.status, admitted, "{client}: {}", walled.text());
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 9. Retry and ejection
 

@@ -905,6 +905,7 @@ impl EventLoop {
             let client = conn.sides[CLIENT].as_ref().map(|s| &s.socket);
             let local = client
                 .and_then(|c| c.local_addr().ok())
+                .map(crate::plane::socket_group::canonical)
                 .unwrap_or_else(|| SocketAddr::new(conn.peer.ip(), 0));
             preface = header_v2(conn.peer, local, Protocol::Tcp);
         }
