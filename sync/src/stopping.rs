@@ -81,23 +81,31 @@ mod tests {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    /// A controller over a store that never lists, as a watch of a kind
-    /// the cluster does not serve.
-    #[tokio::test]
-    async fn a_stop_before_the_store_listed_ends_the_controller() {
-        let (store, _writer) = reflector::store::<ConfigMap>();
-        let (stop, rx) = watch::channel(false);
-        let controller = Controller::for_stream(
+    /// A controller over `store`, which never lists (its writer is kept
+    /// and never written), as a watch of a kind the cluster does not
+    /// serve; shut down gracefully when `rx` turns true.
+    fn unlisted(
+        store: Store<ConfigMap>,
+        rx: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send {
+        Controller::for_stream(
             futures::stream::pending::<Result<ConfigMap, watcher::Error>>(),
-            store.clone(),
+            store,
         )
-        .graceful_shutdown_on(stopped(rx.clone()))
+        .graceful_shutdown_on(stopped(rx))
         .run(
             |_, _: Arc<()>| async { Ok::<_, Never>(Action::await_change()) },
             |_, _, _| Action::await_change(),
             Arc::new(()),
         )
-        .for_each(|_| async {});
+        .for_each(|_| async {})
+    }
+
+    #[tokio::test]
+    async fn a_stop_before_the_store_listed_ends_the_controller() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let (stop, rx) = watch::channel(false);
+        let controller = unlisted(store.clone(), rx.clone());
         let task = tokio::spawn(until_stopped(controller, store, stopped(rx)));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!task.is_finished(), "it runs until told to stop");
@@ -114,17 +122,7 @@ mod tests {
     async fn kube_runtimes_own_graceful_stop_waits_for_a_listing_that_never_comes() {
         let (store, _writer) = reflector::store::<ConfigMap>();
         let (stop, rx) = watch::channel(false);
-        let controller = Controller::for_stream(
-            futures::stream::pending::<Result<ConfigMap, watcher::Error>>(),
-            store,
-        )
-        .graceful_shutdown_on(stopped(rx))
-        .run(
-            |_, _: Arc<()>| async { Ok::<_, Never>(Action::await_change()) },
-            |_, _, _| Action::await_change(),
-            Arc::new(()),
-        )
-        .for_each(|_| async {});
+        let controller = unlisted(store, rx);
         stop.send_replace(true);
         let ended = tokio::time::timeout(Duration::from_millis(500), controller).await;
         assert!(ended.is_err(), "kube-runtime ended it by itself");
