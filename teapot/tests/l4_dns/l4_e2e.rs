@@ -677,7 +677,8 @@ async fn the_connection_cap_holds_further_clients_until_a_slot_frees() {
             lb_slice(NS, "cap-0", "cap", &[("tcp", tcp.port(), "TCP")]),
         ]),
     )];
-    let (h, _state) = start(&files, &["--l4-max-connections", "1"]).await;
+    // One event loop: the cap holds per listener on each loop (docs/l4.md).
+    let (h, _state) = start(&files, &["--l4-max-connections", "1", "--threads", "1"]).await;
     wait_listening(&h, NS, "cap", 1, 0).await;
     let addr = SocketAddr::new(LOCALHOST, port);
     let mut first = TcpStream::connect(addr).await.unwrap();
@@ -691,6 +692,8 @@ async fn the_connection_cap_holds_further_clients_until_a_slot_frees() {
     // accepted (so not forwarded) while the first holds the only slot.
     let mut second = TcpStream::connect(addr).await.unwrap();
     second.write_all(b"2").await.unwrap();
+    let held = tokio::time::timeout(Duration::from_millis(300), second.read_exact(&mut b)).await;
+    assert!(held.is_err(), "answered past the cap: {held:?}");
     assert_eq!(tcp.served(), 1);
     drop(first);
     tokio::time::timeout(IO_TIMEOUT, second.read_exact(&mut b))
