@@ -41,7 +41,7 @@ pub(crate) struct L4Args {
     /// Seconds connections to a removed endpoint or listener may continue.
     #[arg(long, default_value_t = 30)]
     l4_drain_timeout: u64,
-    /// Concurrent TCP connections per listener on each event loop (a replica holds --threads times this); more wait in the backlog.
+    /// Concurrent TCP connections per listener (over every event loop); more wait in the backlog.
     #[arg(long, default_value_t = 10_000)]
     l4_max_connections: usize,
     /// UDP flows per listener; beyond it the flow idle longest is evicted.

@@ -677,8 +677,9 @@ async fn the_connection_cap_holds_further_clients_until_a_slot_frees() {
             lb_slice(NS, "cap-0", "cap", &[("tcp", tcp.port(), "TCP")]),
         ]),
     )];
-    // One event loop: the cap holds per listener on each loop (docs/l4.md).
-    let (h, _state) = start(&files, &["--l4-max-connections", "1", "--threads", "1"]).await;
+    // Two event loops, each with its own socket of the listener: the cap
+    // is the listener's, whichever loop the kernel hands a client to.
+    let (h, _state) = start(&files, &["--l4-max-connections", "1", "--threads", "2"]).await;
     wait_listening(&h, NS, "cap", 1, 0).await;
     let addr = SocketAddr::new(LOCALHOST, port);
     let mut first = TcpStream::connect(addr).await.unwrap();

@@ -23,6 +23,7 @@ use std::collections::BinaryHeap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,43 @@ const LISTENERS: usize = 1 << 40;
 /// After a failed accept (out of descriptors and the like).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How often a loop held at its listener's cap looks again whether a
+/// connection another loop served has ended (one this loop served resumes
+/// it at once). Only while held: a loop with no client waiting past the
+/// cap never wakes for it.
+const CAP_RECHECK: Duration = Duration::from_millis(20);
+
+/// One of a listener's `max_connections` slots, counted over every loop
+/// serving it, given back when dropped.
+struct ListenerSlot(Arc<AtomicUsize>);
+
+impl ListenerSlot {
+    /// A slot, if the listener has one free.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<ListenerSlot> {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        count
+            .fetch_update(AcqRel, Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| ListenerSlot(count.clone()))
+    }
+}
+
+/// How a connection reached its loop.
+enum Arrival {
+    /// From one of this loop's listening sockets, holding a slot of its
+    /// listener's cap.
+    Accepted(ListenerSlot),
+    /// Accepted elsewhere (TLS passthrough on the HTTPS listener), with the
+    /// ClientHello already read and what it holds there while it lives.
+    Adopted { hello: Vec<u8>, held: Box<dyn Send> },
+}
+
+impl Drop for ListenerSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Clients outside the source ranges one listener resets per turn of the
 /// loop; the rest wait in the backlog for the next turn. A flood of
 /// refused clients costs no connection slot, but without this bound their
@@ -82,6 +120,8 @@ pub(super) enum Command {
         key: ListenerKey,
         socket: std::net::TcpListener,
         route: Arc<Route>,
+        /// The listener's connections on every loop, against the cap.
+        open: Arc<AtomicUsize>,
     },
     /// The listener's route changed: new connections use it; connections
     /// to an endpoint no longer in it drain.
@@ -219,12 +259,14 @@ impl Loops {
             self.next_id
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         );
+        let open = Arc::new(AtomicUsize::new(0));
         for (handle, socket) in self.loops.iter().zip(sockets) {
             handle.send(Command::Listen {
                 id,
                 key,
                 socket,
                 route: route.clone(),
+                open: open.clone(),
             });
         }
         id
@@ -317,11 +359,16 @@ struct Listening {
     socket: TcpListener,
     route: Arc<Route>,
     series: Arc<ServiceSeries>,
-    /// Its connections alive, against `max_connections`.
-    open: usize,
+    /// Its connections alive on every loop, against `max_connections`:
+    /// the cap is the listener's, whichever loop the kernel hands a client
+    /// to.
+    open: Arc<AtomicUsize>,
     /// At the cap, or backing off after a failed accept: clients wait in
     /// the backlog. Cleared when a connection ends or the back-off is over.
     held: bool,
+    /// Held at the cap (rather than backing off): a connection of its own
+    /// ending resumes it at once.
+    at_cap: bool,
     retry_at: Option<Instant>,
 }
 
@@ -425,6 +472,8 @@ struct Conn {
     _active: ActiveGuard,
     /// What an adopted connection holds elsewhere while it lives.
     _held: Option<Box<dyn Send>>,
+    /// An accepted connection's slot of its listener's cap.
+    _listener_slot: Option<ListenerSlot>,
 }
 
 impl Conn {
@@ -602,7 +651,8 @@ impl EventLoop {
                     key,
                     socket,
                     route,
-                } => self.listen(id, key, socket, route),
+                    open,
+                } => self.listen(id, key, socket, route, open),
                 Command::Route { id, route } => self.route(id, route),
                 Command::Close { id } => self.close(id),
                 Command::Adopt(a) => {
@@ -616,7 +666,14 @@ impl EventLoop {
                     let _ = socket.set_nonblocking(true);
                     let series = ServiceSeries::of(&route, &self.ctx.metrics);
                     let client = TcpStream::from_std(socket);
-                    self.start(ADOPTED, client, peer, route, series, Some((hello, held)));
+                    self.start(
+                        ADOPTED,
+                        client,
+                        peer,
+                        route,
+                        series,
+                        Arrival::Adopted { hello, held },
+                    );
                 }
                 Command::Kill => {
                     self.kill_all();
@@ -633,6 +690,7 @@ impl EventLoop {
         key: ListenerKey,
         socket: std::net::TcpListener,
         route: Arc<Route>,
+        open: Arc<AtomicUsize>,
     ) {
         let mut socket = TcpListener::from_std(socket);
         let slot = self.listeners.vacant_entry();
@@ -652,8 +710,9 @@ impl EventLoop {
             socket,
             route,
             series,
-            open: 0,
+            open,
             held: false,
+            at_cap: false,
             retry_at: None,
         });
     }
@@ -770,12 +829,18 @@ impl EventLoop {
                 self.accept_later.push(slot);
                 break;
             }
-            if l.open >= self.ctx.config.max_connections {
+            let Some(listener_slot) = ListenerSlot::take(&l.open, self.ctx.config.max_connections)
+            else {
                 // At the cap: clients wait in the backlog instead of being
-                // accepted and dropped.
+                // accepted and dropped, until a slot frees on any loop.
                 l.held = true;
+                l.at_cap = true;
+                if l.retry_at.is_none() {
+                    self.retrying += 1;
+                }
+                l.retry_at = Some(self.now + CAP_RECHECK);
                 break;
-            }
+            };
             let (client, peer) = match l.socket.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -783,6 +848,7 @@ impl EventLoop {
                 Err(e) => {
                     tracing::warn!(listener = %l.key, error = %e, "L4 accept failed");
                     l.held = true;
+                    l.at_cap = false;
                     if l.retry_at.is_none() {
                         self.retrying += 1;
                     }
@@ -803,10 +869,16 @@ impl EventLoop {
                 refused += 1;
                 continue;
             }
-            l.open += 1;
             let route = l.route.clone();
             let series = l.series.clone();
-            self.start(slot, client, peer, route, series, None);
+            self.start(
+                slot,
+                client,
+                peer,
+                route,
+                series,
+                Arrival::Accepted(listener_slot),
+            );
         }
         // One series lookup per batch, not per refused client.
         if refused > 0
@@ -827,7 +899,7 @@ impl EventLoop {
         peer: SocketAddr,
         route: Arc<Route>,
         series: Arc<ServiceSeries>,
-        adopted: Option<(Vec<u8>, Box<dyn Send>)>,
+        arrival: Arrival,
     ) {
         let metrics = &self.ctx.metrics;
         metrics.tcp_connections_total.inc();
@@ -845,9 +917,9 @@ impl EventLoop {
         );
         let line = Line::new(&self.ctx, &series.label, peer);
         self.next_id += 1;
-        let (hello, held) = match adopted {
-            Some((bytes, held)) => (Some(bytes), Some(held)),
-            None => (None, None),
+        let (hello, held, listener_slot) = match arrival {
+            Arrival::Adopted { hello, held } => (Some(hello), Some(held), None),
+            Arrival::Accepted(slot) => (None, None, Some(slot)),
         };
         let read_hello = route.sni.is_some() && hello.is_none();
         entry.insert(Conn {
@@ -869,6 +941,7 @@ impl EventLoop {
             armed: None,
             _active: ActiveGuard::new(&self.ctx),
             _held: held,
+            _listener_slot: listener_slot,
         });
         if let Err(e) = registered {
             self.end(slot, End::Aborted(CLIENT, e));
@@ -1278,6 +1351,7 @@ impl EventLoop {
             if l.retry_at.is_some_and(|at| at <= now) {
                 l.retry_at = None;
                 l.held = false;
+                l.at_cap = false;
                 self.retrying -= 1;
                 self.to_accept.push(slot);
             }
@@ -1352,12 +1426,16 @@ impl EventLoop {
         // The sockets close as they drop, which takes them out of epoll.
         let listener = conn.listener;
         drop(conn);
-        if let Some(l) = self.listeners.get_mut(listener) {
-            l.open -= 1;
-            if l.held && l.retry_at.is_none() {
-                l.held = false;
-                self.to_accept.push(listener);
+        if let Some(l) = self.listeners.get_mut(listener)
+            && l.held
+            && (l.retry_at.is_none() || l.at_cap)
+        {
+            if l.retry_at.take().is_some() {
+                self.retrying -= 1;
             }
+            l.held = false;
+            l.at_cap = false;
+            self.to_accept.push(listener);
         }
         // Timer entries of ended connections go stale; past twice the live
         // ones the heap is swept, so it stays in proportion to them.
@@ -1777,6 +1855,51 @@ mod tests {
         // The loop's thread closes the sockets (the reset the client just
         // read) before the connection's count is given back.
         eventually(|| ctx.active.load(std::sync::atomic::Ordering::Relaxed) == 0).await;
+    }
+
+    /// Two loops, each with its own socket of the listener: the kernel
+    /// hands clients to both, and the cap still holds for the listener.
+    #[tokio::test]
+    async fn the_cap_holds_for_the_listener_over_every_loop() {
+        let (backend, served) = counting_echo().await;
+        let (ctx, _kill) = context(L4Config {
+            max_connections: 1,
+            ..L4Config::default()
+        });
+        let loops = Loops::start(2, &ctx).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let key = ListenerKey {
+            addr: addr.ip(),
+            port,
+            protocol: Protocol::Tcp,
+        };
+        let sockets = bind(addr, loops.len()).unwrap();
+        loops.listen(key, sockets, &route(&[backend], Duration::from_secs(60)));
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        first.write_all(b"x").await.unwrap();
+        let mut byte = [0u8; 1];
+        first.read_exact(&mut byte).await.unwrap();
+        // From eight source ports: both loops' sockets get some.
+        let mut waiting = Vec::new();
+        for _ in 0..8 {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"y").await.unwrap();
+            waiting.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = |n: usize| served.load(std::sync::atomic::Ordering::SeqCst) == n;
+        assert!(seen(1), "served past the cap");
+        drop(first);
+        // The freed slot goes to one waiting client, whichever loop holds
+        // it (another loop's sees it at its next look).
+        eventually(|| seen(2)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(seen(2), "one slot freed, more than one client served");
     }
 
     #[tokio::test]
