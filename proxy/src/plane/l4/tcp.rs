@@ -77,6 +77,12 @@ impl ListenerSlot {
     }
 }
 
+impl Drop for ListenerSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// How a connection reached its loop.
 enum Arrival {
     /// From one of this loop's listening sockets, holding a slot of its
@@ -85,12 +91,6 @@ enum Arrival {
     /// Accepted elsewhere (TLS passthrough on the HTTPS listener), with the
     /// ClientHello already read and what it holds there while it lives.
     Adopted { hello: Vec<u8>, held: Box<dyn Send> },
-}
-
-impl Drop for ListenerSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// Clients outside the source ranges one listener resets per turn of the
@@ -363,13 +363,12 @@ struct Listening {
     /// the cap is the listener's, whichever loop the kernel hands a client
     /// to.
     open: Arc<AtomicUsize>,
-    /// At the cap, or backing off after a failed accept: clients wait in
-    /// the backlog. Cleared when a connection ends or the back-off is over.
-    held: bool,
+    /// Held until then (clients wait in the backlog): at the cap, to look
+    /// again, or backing off after a failed accept.
+    retry_at: Option<Instant>,
     /// Held at the cap (rather than backing off): a connection of its own
     /// ending resumes it at once.
     at_cap: bool,
-    retry_at: Option<Instant>,
 }
 
 /// One side's socket and what the loop knows of it (edge-triggered: the
@@ -711,9 +710,8 @@ impl EventLoop {
             route,
             series,
             open,
-            held: false,
-            at_cap: false,
             retry_at: None,
+            at_cap: false,
         });
     }
 
@@ -833,7 +831,6 @@ impl EventLoop {
             else {
                 // At the cap: clients wait in the backlog instead of being
                 // accepted and dropped, until a slot frees on any loop.
-                l.held = true;
                 l.at_cap = true;
                 if l.retry_at.is_none() {
                     self.retrying += 1;
@@ -847,7 +844,6 @@ impl EventLoop {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::warn!(listener = %l.key, error = %e, "L4 accept failed");
-                    l.held = true;
                     l.at_cap = false;
                     if l.retry_at.is_none() {
                         self.retrying += 1;
@@ -1350,7 +1346,6 @@ impl EventLoop {
         for (slot, l) in self.listeners.iter_mut() {
             if l.retry_at.is_some_and(|at| at <= now) {
                 l.retry_at = None;
-                l.held = false;
                 l.at_cap = false;
                 self.retrying -= 1;
                 self.to_accept.push(slot);
@@ -1427,14 +1422,12 @@ impl EventLoop {
         let listener = conn.listener;
         drop(conn);
         if let Some(l) = self.listeners.get_mut(listener)
-            && l.held
-            && (l.retry_at.is_none() || l.at_cap)
+            && l.at_cap
         {
-            if l.retry_at.take().is_some() {
-                self.retrying -= 1;
-            }
-            l.held = false;
+            // Held at the cap, so it has a recheck due: this is sooner.
+            l.retry_at = None;
             l.at_cap = false;
+            self.retrying -= 1;
             self.to_accept.push(listener);
         }
         // Timer entries of ended connections go stale; past twice the live
