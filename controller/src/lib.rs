@@ -603,7 +603,7 @@ async fn lead(
     let (gateway_ctx, gateway_stop) = (ctx.clone(), shutdown.clone());
     let service_store = watches.services.store();
     let service_controller =
-        Controller::for_stream(watches.services.applied(), watches.services.store())
+        Controller::for_stream(watches.services.applied(), service_store.clone())
             .with_config(debounce)
             .watches_stream(watches.lb_services.touched(), |lb: Service| {
                 service::lb_service_source(&lb)

@@ -483,8 +483,8 @@ where
         } else {
             let client = stream
                 .get_socket_digest()
-                .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
-                .map(|ip| ip.to_canonical());
+                .and_then(|d| crate::plane::socket_group::inet(d.peer_addr()))
+                .map(|a| a.ip());
             Some(self.admit(client)?)
         };
         let h2 = if tls {

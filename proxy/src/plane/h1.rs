@@ -86,10 +86,7 @@ fn engine_config(edge: &EdgeConfig, upstream: &UpstreamOptions, pool_size: usize
 /// What the engine needs to know of a Pingora connection.
 pub fn conn_info(stream: &Stream) -> ConnInfo {
     let socket = stream.get_socket_digest();
-    let inet = |a: Option<&pingora_core::protocols::l4::socket::SocketAddr>| {
-        a.and_then(|a| a.as_inet())
-            .map(|a| crate::plane::socket_group::canonical(*a))
-    };
+    let inet = crate::plane::socket_group::inet;
     let ssl = stream.get_ssl_digest();
     ConnInfo {
         client: socket.as_ref().and_then(|d| inet(d.peer_addr())),

@@ -120,8 +120,7 @@ impl Passthrough {
     ) {
         let Some(peer) = stream
             .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())
-            .map(crate::plane::socket_group::canonical)
+            .and_then(|d| crate::plane::socket_group::inet(d.peer_addr()))
         else {
             return;
         };
@@ -160,8 +159,8 @@ impl Passthrough {
 fn client_ip(stream: &L4Stream) -> Option<IpAddr> {
     stream
         .get_socket_digest()
-        .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
-        .map(|ip| ip.to_canonical())
+        .and_then(|d| crate::plane::socket_group::inet(d.peer_addr()))
+        .map(|a| a.ip())
 }
 
 #[async_trait]

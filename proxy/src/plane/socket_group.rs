@@ -37,6 +37,12 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
+/// An address of a Pingora connection's socket digest (its `peer_addr`
+/// or `local_addr`), [`canonical`]; `None` for a Unix socket.
+pub fn inet(addr: Option<&pingora_core::protocols::l4::socket::SocketAddr>) -> Option<SocketAddr> {
+    addr.and_then(|a| a.as_inet()).map(|a| canonical(*a))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
