@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -24,7 +25,9 @@ use teapot_benches::{
     PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes,
     gateway_expectation, samples, synthetic_gateway_store, synthetic_store,
 };
-use teapot_proxy::compile::ALLOCATOR_ENV;
+use teapot_model::store::NsName;
+use teapot_proxy::compile::parts::CompiledParts;
+use teapot_proxy::compile::{ALLOCATOR_ENV, CompileOptions, compile_incremental};
 use teapot_proxy::live::endpoints::EndpointRegistry;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
@@ -68,6 +71,13 @@ struct Args {
     /// profiler (`perf record -g -- route-table-report --profile-compile 10000`).
     #[arg(long, value_name = "INGRESSES", conflicts_with = "child")]
     profile_compile: Option<usize>,
+    /// Only change one Ingress's path and recompile incrementally (the last
+    /// compile's parts handed on), `--runs` times, timing the store's copy
+    /// and the compile apart: what a route change costs a replica, for a
+    /// profiler (`perf record -g -- route-table-report
+    /// --profile-route-change 100000`).
+    #[arg(long, value_name = "INGRESSES", conflicts_with_all = ["child", "profile_compile"])]
+    profile_route_change: Option<usize>,
     /// Internal: measure one size and print it as JSON on stdout.
     #[arg(long, hide = true, value_name = "INGRESSES")]
     child: Option<usize>,
@@ -148,6 +158,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.profile_compile {
         return profile_compile(n, args.runs, args.kind);
     }
+    if let Some(n) = args.profile_route_change {
+        return profile_route_change(n, args.runs);
+    }
     let release = !cfg!(debug_assertions);
     if !release {
         eprintln!("warning: debug build; run with `cargo run --release` for meaningful numbers");
@@ -200,6 +213,58 @@ fn profile_compile(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<()>
     println!(
         "compiled {n} Ingresses {runs} times: median {}",
         fmt_ms(median(times.iter().copied()))
+    );
+    Ok(())
+}
+
+fn profile_route_change(n: usize, runs: usize) -> anyhow::Result<()> {
+    let mut store = synthetic_store(n);
+    let registry = EndpointRegistry::default();
+    let options = CompileOptions {
+        status_addresses: vec!["127.0.0.1".into()],
+        ..CompileOptions::default()
+    };
+    let mut parts = CompiledParts::default();
+    let mut live = compile_incremental(&store, Vec::new(), 1, &options, &registry, &mut parts);
+    let ids: Vec<NsName> = store.ingresses.keys().cloned().collect();
+    ensure!(!ids.is_empty(), "no Ingress to change");
+    let (mut copies, mut compiles) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        let started = Instant::now();
+        let mut next = store.clone();
+        copies.push(ms(started.elapsed()));
+        // One path of one Ingress, in a namespace spread over the store.
+        let id = &ids[(run * 7919) % ids.len()];
+        let stored = next.ingresses.get_mut(id).context("the Ingress")?;
+        let mut ingress = (*stored.object).clone();
+        let path = ingress
+            .spec
+            .as_mut()
+            .and_then(|s| s.rules.as_mut())
+            .and_then(|r| r.first_mut())
+            .and_then(|r| r.http.as_mut())
+            .and_then(|h| h.paths.first_mut())
+            .context("the Ingress's first path")?;
+        path.path = Some(format!("/changed-{run}"));
+        stored.object = Arc::new(ingress);
+        let started = Instant::now();
+        let snapshot = compile_incremental(
+            &next,
+            Vec::new(),
+            2 + run as u64,
+            &options,
+            &registry,
+            &mut parts,
+        );
+        compiles.push(ms(started.elapsed()));
+        drop(std::mem::replace(&mut live, snapshot));
+        store = next;
+    }
+    drop(live);
+    println!(
+        "changed one of {n} Ingresses {runs} times: store copy median {}, compile median {}",
+        fmt_ms(median(copies.iter().copied())),
+        fmt_ms(median(compiles.iter().copied()))
     );
     Ok(())
 }
