@@ -15,7 +15,7 @@ use teapot_gateway_api::generated::reference_grants::ReferenceGrantSpec;
 /// The API group of every Gateway API kind.
 pub use teapot_gateway_api::GROUP;
 
-use crate::store::Store;
+use crate::store::{NsName, Store};
 
 /// A listener's protocol, classified once (`teapot_api::listener`).
 pub use teapot_api::listener::ListenerProtocol;
@@ -142,7 +142,8 @@ pub fn granted(
 ) -> bool {
     store
         .reference_grants
-        .namespace(to_ns)
+        .range(NsName::new(to_ns, "")..)
+        .take_while(|(id, _)| id.namespace == to_ns)
         .any(|(_, g)| grant_permits(&g.object.spec, from_kind, from_ns, to_kind, name))
 }
 

@@ -25,7 +25,6 @@
 //!   proxy's second admission check (the webhook's rules, again).
 
 pub mod attachment;
-pub mod by_namespace;
 pub mod certificate;
 pub mod endpoints;
 pub mod field;

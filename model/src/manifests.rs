@@ -328,9 +328,8 @@ fn named_manifest(dir: &Path, path: &Path) -> Result<bool, &'static str> {
 /// [`load_dir_cached`] for a change a watcher named (`paths`, written
 /// whole or removed): the previous store copied whole, the objects of the
 /// named files replaced by what they hold now, and nothing else read. The
-/// copy shares every namespace's objects (`by_namespace::ByNamespace`)
-/// and walks no file, so it costs the namespaces changed; a whole load
-/// reads and hashes every file and takes each object over by key, which at 100k
+/// copy keeps every `Arc` and walks no file; a whole load reads and
+/// hashes every file and takes each object over by key, which at 100k
 /// Ingresses was most of a route change (benches/route-table.md, "Where a
 /// route change goes"). The result is the store the whole load would make:
 /// `previous` stays whole for the tenant check, as for a whole load.

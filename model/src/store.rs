@@ -18,7 +18,6 @@ use teapot_gateway_api::{
     TlsRoute, UdpRoute,
 };
 
-pub use crate::by_namespace::ByNamespace;
 use crate::certificate::TlsCertificate;
 use crate::endpoints::CompactSlice;
 use crate::service::CompactService;
@@ -259,14 +258,13 @@ impl fmt::Display for ObjectKey {
 /// attacker could use; SipHash was a tenth of a compile.
 pub type FastHashMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
-/// Namespaced objects of one kind, by namespace and name: a copy of the
-/// store shares every namespace it does not change ([`ByNamespace`]).
-pub type ObjectMap<T> = ByNamespace<Stored<T>>;
+/// Namespaced objects of one kind that compile looks up by name.
+pub type ObjectMap<T> = FastHashMap<NsName, Stored<T>>;
 
 /// Every object the proxy serves from.
 #[derive(Clone, Debug, Default)]
 pub struct Store {
-    pub ingresses: ObjectMap<Ingress>,
+    pub ingresses: BTreeMap<NsName, Stored<Ingress>>,
     pub ingress_classes: BTreeMap<String, Stored<IngressClass>>,
     /// In the compact form ([`crate::service`]), made on insert: a
     /// Service as written becomes one when it enters the store.
@@ -275,7 +273,7 @@ pub struct Store {
     /// store. Ordered, so one namespace's slices are a range: an endpoint
     /// change resolves its Services from that range
     /// ([`Store::namespace_slices`]), not from a scan of every slice.
-    pub endpoint_slices: ObjectMap<CompactSlice>,
+    pub endpoint_slices: BTreeMap<NsName, Stored<CompactSlice>>,
     pub secrets: ObjectMap<TlsSecret>,
     /// CA Secrets (`Opaque`, what `proxy-ssl-secret` names to verify a
     /// backend without a client certificate) with their `ca.crt` only:
@@ -290,26 +288,26 @@ pub struct Store {
     /// Gateway API (docs/gateway-api.md): ordered maps, as the compile
     /// walks them whole and its status report is read in order.
     pub gateway_classes: BTreeMap<String, Stored<GatewayClass>>,
-    pub gateways: ObjectMap<Gateway>,
-    pub listener_sets: ObjectMap<StoredListenerSet>,
-    pub http_routes: ObjectMap<HttpRoute>,
-    pub grpc_routes: ObjectMap<GrpcRoute>,
-    pub reference_grants: ObjectMap<ReferenceGrant>,
-    pub tls_routes: ObjectMap<TlsRoute>,
-    pub tcp_routes: ObjectMap<TcpRoute>,
-    pub udp_routes: ObjectMap<UdpRoute>,
-    pub backend_tls_policies: ObjectMap<BackendTlsPolicy>,
+    pub gateways: BTreeMap<NsName, Stored<Gateway>>,
+    pub listener_sets: BTreeMap<NsName, Stored<StoredListenerSet>>,
+    pub http_routes: BTreeMap<NsName, Stored<HttpRoute>>,
+    pub grpc_routes: BTreeMap<NsName, Stored<GrpcRoute>>,
+    pub reference_grants: BTreeMap<NsName, Stored<ReferenceGrant>>,
+    pub tls_routes: BTreeMap<NsName, Stored<TlsRoute>>,
+    pub tcp_routes: BTreeMap<NsName, Stored<TcpRoute>>,
+    pub udp_routes: BTreeMap<NsName, Stored<UdpRoute>>,
+    pub backend_tls_policies: BTreeMap<NsName, Stored<BackendTlsPolicy>>,
     /// ConfigMaps with their `ca.crt` only (the trust anchors of
     /// BackendTLSPolicies; every other key is dropped when read).
     pub config_maps: ObjectMap<ConfigMap>,
-    pub route_traffic_policies: ObjectMap<RouteTrafficPolicy>,
+    pub route_traffic_policies: BTreeMap<NsName, Stored<RouteTrafficPolicy>>,
     /// Why each RouteTrafficPolicy that stands refused was refused when
     /// read (`field: why`); the stored policy keeps its metadata and
     /// `targetRefs` alone. Fail closed: an operator's policy the reader
     /// refuses still reaches its routes, which answer 503, rather than
     /// leave them without what it would restrict
     /// ([`crate::validate::Parsed::Refused`]).
-    pub refused_route_traffic_policies: ByNamespace<Arc<str>>,
+    pub refused_route_traffic_policies: BTreeMap<NsName, Arc<str>>,
     /// Namespaces by name, for their labels.
     pub namespaces: BTreeMap<String, Stored<Namespace>>,
 }
@@ -350,7 +348,11 @@ impl Store {
         &'s self,
         namespace: &str,
     ) -> impl Iterator<Item = (&'s NsName, &'s Stored<CompactSlice>)> + 's {
-        self.endpoint_slices.namespace(namespace)
+        let from = NsName::new(namespace, "");
+        let namespace = namespace.to_string();
+        self.endpoint_slices
+            .range(from..)
+            .take_while(move |(id, _)| id.namespace == namespace)
     }
 
     /// Puts EndpointSlice changes in place.
@@ -635,7 +637,7 @@ impl Store {
     /// Gateway API object.
     fn for_each_gateway_api_key<'s>(&'s self, mut f: impl FnMut(Kind, &'s NsName, &'s Origin)) {
         fn each<'s, T>(
-            map: &'s ObjectMap<T>,
+            map: &'s BTreeMap<NsName, Stored<T>>,
             kind: Kind,
             f: &mut impl FnMut(Kind, &'s NsName, &'s Origin),
         ) {
@@ -700,7 +702,7 @@ impl Store {
 
     fn gateway_api_origin(&self, key: &ObjectKey) -> Option<&Origin> {
         let id = NsName::new(key.namespace.clone(), key.name.clone());
-        fn get<'s, T>(map: &'s ObjectMap<T>, id: &NsName) -> Option<&'s Origin> {
+        fn get<'s, T>(map: &'s BTreeMap<NsName, Stored<T>>, id: &NsName) -> Option<&'s Origin> {
             map.get(id).map(|s| &s.origin)
         }
         match key.kind {
@@ -833,7 +835,7 @@ where
     }
 }
 
-/// The cluster-scoped and the namespaced maps, so retention is written once.
+/// BTreeMap and HashMap, so retention is written once.
 trait MapLike<K, V> {
     fn get_entry(&self, key: &K) -> Option<V>;
     fn put(&mut self, key: &K, value: V);
@@ -848,11 +850,13 @@ impl<K: Ord + Clone, T> MapLike<K, Stored<T>> for BTreeMap<K, Stored<T>> {
     }
 }
 
-impl<T> MapLike<NsName, Stored<T>> for ObjectMap<T> {
-    fn get_entry(&self, key: &NsName) -> Option<Stored<T>> {
+impl<K: std::hash::Hash + Eq + Clone, T, S: std::hash::BuildHasher> MapLike<K, Stored<T>>
+    for hashbrown::HashMap<K, Stored<T>, S>
+{
+    fn get_entry(&self, key: &K) -> Option<Stored<T>> {
         self.get(key).cloned()
     }
-    fn put(&mut self, key: &NsName, value: Stored<T>) {
+    fn put(&mut self, key: &K, value: Stored<T>) {
         self.insert(key.clone(), value);
     }
 }
@@ -881,60 +885,5 @@ mod tests {
             name: "vc1",
         };
         assert_eq!(map.get(&key), None);
-    }
-
-    fn slice_key(namespace: &str, name: &str) -> ObjectKey {
-        ObjectKey {
-            kind: Kind::Service,
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    fn service(name: &str) -> Object {
-        let service: Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"ports": [{"port": 80}]}
-        }))
-        .unwrap();
-        Object::Service(service)
-    }
-
-    fn origin(document: usize) -> Origin {
-        Origin {
-            file: Arc::from(Path::new("t.yaml")),
-            document,
-        }
-    }
-
-    /// A copy of the store is a value: changing the copy leaves the
-    /// original as it was (what the reload relies on, serving from the old
-    /// store while the next is built).
-    #[test]
-    fn a_copy_of_the_store_changes_apart_from_the_original() {
-        let mut store = Store::default();
-        for i in 0..1000 {
-            store.insert(
-                slice_key("ns", &format!("svc{i}")),
-                service(&format!("svc{i}")),
-                origin(i),
-            );
-        }
-        let mut copy = store.clone();
-        assert!(copy.services.same_namespace(&store.services, "ns"));
-        copy.remove(&slice_key("ns", "svc3"));
-        copy.insert(slice_key("ns", "svc4"), service("svc4"), origin(9999));
-        copy.insert(slice_key("other", "new"), service("new"), origin(5));
-        assert_eq!(store.services.len(), 1000);
-        assert_eq!(copy.services.len(), 1000);
-        assert!(store.contains(&slice_key("ns", "svc3")));
-        assert!(!copy.contains(&slice_key("ns", "svc3")));
-        assert_eq!(store.origin(&slice_key("ns", "svc4")).unwrap().document, 4);
-        assert_eq!(
-            copy.origin(&slice_key("ns", "svc4")).unwrap().document,
-            9999
-        );
-        assert!(!store.contains(&slice_key("other", "new")));
-        assert!(!copy.services.same_namespace(&store.services, "ns"));
     }
 }

@@ -381,10 +381,6 @@ impl KubeSource {
 
     /// The objects now, as the manifests loader would return them: the
     /// store plus one [`Problem`] per object whose current version fails.
-    /// The store's copy shares every namespace's objects with the
-    /// source's (`teapot_model::by_namespace::ByNamespace`), so the lock
-    /// the watches apply their events under is held for a pointer per
-    /// namespace, not a copy of every object's key.
     pub fn snapshot(&self) -> Loaded {
         let state = self.shared.state.lock();
         Loaded {
@@ -411,8 +407,8 @@ impl KubeSource {
     /// [`Self::snapshot_changes`], when they are all that changed and no
     /// problem was recorded or cleared: what the reader applies in place
     /// to the store it has (`teapot_model::store::Store::apply_slices`)
-    /// instead of a snapshot, and refreshes the endpoint cells with no
-    /// compile. `None` (nothing taken) otherwise.
+    /// instead of a snapshot, which clones every map. `None` (nothing
+    /// taken) otherwise.
     pub fn take_slice_changes(&self) -> Option<Vec<SliceChange>> {
         self.shared.state.lock().take_slice_changes()
     }

@@ -122,17 +122,23 @@ impl<'a> Resolver<'a> {
         tenancy: &'a Tenancy<'a>,
         reuse: Reuse<'a>,
     ) -> Resolver<'a> {
-        // Namespace by namespace (the store keeps slices by it), so that a
+        // Namespace by namespace (the slices are ordered by it), so that a
         // namespace whose upstreams come from the last compile costs one
         // probe, not a pass over its slices.
         let mut slices = FastHashMap::default();
         let mut unindexed = FastHashSet::default();
-        for namespace in store.endpoint_slices.namespaces() {
+        let mut next = store.endpoint_slices.keys().next();
+        while let Some(id) = next {
+            let namespace = id.namespace.as_str();
             if reuse.reused(namespace) {
                 unindexed.insert(namespace);
             } else {
                 index_slices(&mut slices, store.namespace_slices(namespace), |_| true);
             }
+            // The first key past every name of this namespace: no
+            // namespace holds a NUL.
+            let past = NsName::new(format!("{namespace}\0"), "");
+            next = store.endpoint_slices.range(past..).next().map(|(id, _)| id);
         }
         Resolver::with_slices(store, registry, tenancy, reuse, slices, unindexed)
     }

@@ -300,9 +300,11 @@ pub(super) fn policies_on<'s>(
     service: &str,
     port_name: Option<&str>,
 ) -> Vec<(&'s NsName, &'s Stored<BackendTlsPolicy>)> {
+    let from = NsName::new(namespace, "");
     let mut found: Vec<_> = store
         .backend_tls_policies
-        .namespace(namespace)
+        .range(from..)
+        .take_while(|(id, _)| id.namespace == namespace)
         .filter_map(|(id, p)| {
             targets(&p.object, service, port_name)
                 .map(|how| (how, super::age(&p.object.metadata, id), id, p))

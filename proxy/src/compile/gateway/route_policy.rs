@@ -191,7 +191,11 @@ fn winners<'s>(
     name: &str,
 ) -> BTreeMap<Option<String>, Candidate<'s>> {
     let mut out: BTreeMap<Option<String>, Candidate<'s>> = BTreeMap::new();
-    let in_namespace = store.route_traffic_policies.namespace(namespace);
+    let from = NsName::new(namespace, "");
+    let in_namespace = store
+        .route_traffic_policies
+        .range(from..)
+        .take_while(|(id, _)| id.namespace == namespace);
     for (id, policy) in in_namespace {
         let age = age(&policy.object.metadata, id);
         for t in &policy.object.spec.target_refs {
