@@ -329,18 +329,18 @@ pub fn gateway_expectation(sample: &SampleRequest) -> Option<String> {
     })
 }
 
-/// Compiles a store the way the proxy does, with one status address.
+/// The options every benchmark compiles with: the proxy's defaults, with
+/// one status address.
+pub fn compile_options() -> CompileOptions {
+    CompileOptions {
+        status_addresses: vec!["127.0.0.1".into()],
+        ..CompileOptions::default()
+    }
+}
+
+/// Compiles a store the way the proxy does, with [`compile_options`].
 pub fn compile_store(store: &Store, registry: &EndpointRegistry, generation: u64) -> Snapshot {
-    compile(
-        store,
-        Vec::new(),
-        generation,
-        &CompileOptions {
-            status_addresses: vec!["127.0.0.1".into()],
-            ..CompileOptions::default()
-        },
-        registry,
-    )
+    compile(store, Vec::new(), generation, &compile_options(), registry)
 }
 
 fn meta(namespace: &str, name: String, labels: &[(&str, &str)], created: i64) -> ObjectMeta {

@@ -22,12 +22,12 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use teapot_benches::stats::median;
 use teapot_benches::{
-    PackedRequests, RequestClass, compile_store, expected_hosts, expected_routes,
+    PackedRequests, RequestClass, compile_options, compile_store, expected_hosts, expected_routes,
     gateway_expectation, samples, synthetic_gateway_store, synthetic_store,
 };
 use teapot_model::store::NsName;
 use teapot_proxy::compile::parts::CompiledParts;
-use teapot_proxy::compile::{ALLOCATOR_ENV, CompileOptions, compile_incremental};
+use teapot_proxy::compile::{ALLOCATOR_ENV, compile_incremental};
 use teapot_proxy::live::endpoints::EndpointRegistry;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
@@ -220,10 +220,7 @@ fn profile_compile(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<()>
 fn profile_route_change(n: usize, runs: usize) -> anyhow::Result<()> {
     let mut store = synthetic_store(n);
     let registry = EndpointRegistry::default();
-    let options = CompileOptions {
-        status_addresses: vec!["127.0.0.1".into()],
-        ..CompileOptions::default()
-    };
+    let options = compile_options();
     let mut parts = CompiledParts::default();
     let mut live = compile_incremental(&store, Vec::new(), 1, &options, &registry, &mut parts);
     let ids: Vec<NsName> = store.ingresses.keys().cloned().collect();

@@ -23,8 +23,8 @@ use anyhow::Context;
 use clap::Parser;
 use teapot_model::manifests::{FileCache, load_dir_cached};
 use teapot_model::tenancy::{SliceVerdicts, admit_cached};
+use teapot_proxy::compile::compile_incremental;
 use teapot_proxy::compile::parts::CompiledParts;
-use teapot_proxy::compile::{CompileOptions, compile_incremental};
 use teapot_proxy::live::endpoints::EndpointRegistry;
 
 const PER_NAMESPACE: usize = 100;
@@ -97,10 +97,7 @@ fn main() -> anyhow::Result<()> {
         &loaded.store,
         loaded.problems,
         1,
-        &CompileOptions {
-            status_addresses: vec!["127.0.0.1".into()],
-            ..CompileOptions::default()
-        },
+        &teapot_benches::compile_options(),
         &registry,
         &mut parts,
     );
