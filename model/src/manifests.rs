@@ -326,13 +326,17 @@ fn named_manifest(dir: &Path, path: &Path) -> Result<bool, &'static str> {
 }
 
 /// [`load_dir_cached`] for a change a watcher named (`paths`, written
-/// whole or removed): the previous store copied whole, the objects of the
-/// named files replaced by what they hold now, and nothing else read. The
-/// copy keeps every `Arc` and walks no file; a whole load reads and
-/// hashes every file and takes each object over by key, which at 100k
-/// Ingresses was most of a route change (benches/route-table.md, "Where a
-/// route change goes"). The result is the store the whole load would make:
-/// `previous` stays whole for the tenant check, as for a whole load.
+/// whole or removed): the objects of the named files replaced in `store`
+/// by what they hold now, and nothing else read or copied. A whole load
+/// reads and hashes every file and takes each object over by key, and a
+/// copy of the store walks every map node and key, each of which at 100k
+/// Ingresses cost more than the compile of the change
+/// (benches/route-table.md, "Where a route change goes", "A route change
+/// changes the store in place"). The store left is the one the whole load
+/// would make; what is returned is what it held before for the objects
+/// the named files held or hold (absent: new), which is all the tenant
+/// check needs to put a refused object's previous version back, and all
+/// a reader needs to compare the change with.
 ///
 /// `Err` (why; nothing changed in `cache`) when only a whole load can say what
 /// serves: no whole load yet or a file unread at the last one, any problem
@@ -343,9 +347,10 @@ fn named_manifest(dir: &Path, path: &Path) -> Result<bool, &'static str> {
 pub fn load_named(
     dir: &Path,
     paths: &[PathBuf],
-    previous: &Store,
+    store: &mut Store,
     cache: &mut FileCache,
-) -> Result<Loaded, &'static str> {
+) -> Result<Store, &'static str> {
+    let previous = &*store;
     if cache.files.is_empty()
         || cache.unread
         || !cache.problem_objects.is_empty()
@@ -404,22 +409,23 @@ pub fn load_named(
         };
         read.push((path, Some((part, entry))));
     }
-    let mut loaded = Loaded {
-        store: previous.clone(),
-        problems: Vec::new(),
-    };
+    // Every check is behind: from here on the store changes.
+    let mut before = Store::default();
     let mut changed = Vec::new();
     let parsed = read.iter().filter(|(_, now)| now.is_some()).count();
     for (path, now) in read {
         if let Some(old) = cache.files.remove(path) {
             for (key, _) in old.keys {
-                loaded.store.remove(&key);
+                before.retain_from(store, &key);
+                store.remove(&key);
                 changed.push(key);
             }
         }
+        // A key new to this file is new to the store: one another file
+        // defined was refused above.
         if let Some((part, entry)) = now {
             for (key, _) in &entry.keys {
-                loaded.store.retain_from(&part.store, key);
+                store.retain_from(&part.store, key);
                 changed.push(key.clone());
             }
             cache.files.insert(path.clone(), entry);
@@ -430,7 +436,7 @@ pub fn load_named(
     cache.taken_over = cache.files.len() - parsed;
     cache.changed = Some(changed);
     cache.by_name += 1;
-    Ok(loaded)
+    Ok(before)
 }
 
 /// [`load_dir`], taking unchanged clean files over from `cache` and leaving
@@ -1147,54 +1153,61 @@ mod tests {
         write("b.yaml", &svc("two", 81));
         write("c.yaml", &svc("three", 80));
         let named = [path("b.yaml"), path("c.yaml")];
-        let second = load_named(dir.path(), &named, &first.store, &mut cache).expect("by name");
-        cache.settle(&second.problems);
+        let mut second = first.store.clone();
+        let before = load_named(dir.path(), &named, &mut second, &mut cache).expect("by name");
+        cache.settle(&[]);
         assert_eq!(cache.loads_by_name(), 1);
         assert_eq!(cache.taken_over(), 1);
         assert_eq!(
-            keys(&second.store),
+            keys(&second),
             keys(&load_dir(dir.path(), &first.store).store)
         );
-        assert_eq!(port(&second.store, "two"), Some(81));
+        assert_eq!(port(&second, "two"), Some(81));
         assert!(Arc::ptr_eq(
             &first.store.services[&crate::store::NsName::new("one", "a")].object,
-            &second.store.services[&crate::store::NsName::new("one", "a")].object
+            &second.services[&crate::store::NsName::new("one", "a")].object
         ));
+        // What the change replaced, as it was; nothing for what it added.
+        assert_eq!(before.len(), 1);
+        assert_eq!(port(&before, "two"), Some(80));
 
         // A file gone, by name.
         std::fs::remove_file(path("c.yaml")).unwrap();
-        let third =
-            load_named(dir.path(), &[path("c.yaml")], &second.store, &mut cache).expect("by name");
-        cache.settle(&third.problems);
-        assert_eq!(
-            keys(&third.store),
-            keys(&load_dir(dir.path(), &second.store).store)
-        );
+        let mut third = second.clone();
+        let before =
+            load_named(dir.path(), &[path("c.yaml")], &mut third, &mut cache).expect("by name");
+        cache.settle(&[]);
+        assert_eq!(keys(&third), keys(&load_dir(dir.path(), &second).store));
+        assert_eq!(port(&before, "three"), Some(80));
 
         // Defined by another file as well, a document that does not parse,
-        // a directory named: each is left to a whole load.
+        // a directory named: each is left to a whole load, and the store
+        // is left as it was.
+        let unchanged = keys(&third);
         write("d.yaml", &svc("one", 90));
-        assert!(load_named(dir.path(), &[path("d.yaml")], &third.store, &mut cache).is_err());
+        assert!(load_named(dir.path(), &[path("d.yaml")], &mut third, &mut cache).is_err());
         std::fs::remove_file(path("d.yaml")).unwrap();
         write("b.yaml", "kind: [\n");
-        assert!(load_named(dir.path(), &[path("b.yaml")], &third.store, &mut cache).is_err());
+        assert!(load_named(dir.path(), &[path("b.yaml")], &mut third, &mut cache).is_err());
         assert!(
             load_named(
                 dir.path(),
                 &[dir.path().to_path_buf()],
-                &third.store,
+                &mut third,
                 &mut cache
             )
             .is_err()
         );
         assert_eq!(cache.loads_by_name(), 2);
+        assert_eq!(keys(&third), unchanged);
+        assert_eq!(port(&third, "two"), Some(81));
 
         // After a whole load with a problem standing, nothing is read by
         // name until it is gone.
-        let fourth = load_dir_cached(dir.path(), &third.store, &mut cache);
+        let mut fourth = load_dir_cached(dir.path(), &third, &mut cache);
         cache.settle(&fourth.problems);
         assert_eq!(fourth.problems.len(), 1);
         write("a.yaml", &svc("one", 82));
-        assert!(load_named(dir.path(), &[path("a.yaml")], &fourth.store, &mut cache).is_err());
+        assert!(load_named(dir.path(), &[path("a.yaml")], &mut fourth.store, &mut cache).is_err());
     }
 }

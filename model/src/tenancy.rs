@@ -97,7 +97,8 @@ impl<'a> Tenancy<'a> {
 /// and later claims by others are refused.
 pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &[IpNet]) {
     admit_cached(
-        loaded,
+        &mut loaded.store,
+        &mut loaded.problems,
         previous,
         domain,
         lb_networks,
@@ -105,24 +106,53 @@ pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &
     );
 }
 
-/// [`admit`], taking the verdicts on EndpointSlices that did not change
-/// from `verdicts` (the bulk of a large store: re-judging each one on every
-/// reload re-built every endpoint's typed form).
+/// [`admit`] of a loaded `store` whose problems are `problems`, taking the
+/// verdicts on EndpointSlices that did not change from `verdicts` (the
+/// bulk of a large store: re-judging each one on every reload re-built
+/// every endpoint's typed form). Returns the objects it refused: where
+/// `store` no longer holds what was loaded (the object is gone, or its
+/// previous version is back).
+///
+/// `previous` needs to hold the previous versions of the objects the load
+/// changed, no more ([`crate::manifests::load_named`] returns just those):
+/// the previous version of any other object is the one loaded now, so
+/// putting it back after a refusal would only have the second pass refuse
+/// it again.
 pub fn admit_cached(
-    loaded: &mut Loaded,
+    store: &mut Store,
+    problems: &mut Vec<Problem>,
     previous: &Store,
     domain: &str,
     lb_networks: &[IpNet],
     verdicts: &mut SliceVerdicts,
-) {
-    verdicts.begin(&loaded.store, domain, lb_networks);
+) -> Vec<ObjectKey> {
+    verdicts.begin(store, domain, lb_networks);
+    let mut refused = Vec::new();
     // A previous version put back must pass too (a Tenant's nodeCIDRs or
     // another tenant's claims may have changed since): a second pass
     // without retention settles it.
-    if admit_pass(loaded, Some(previous), domain, lb_networks, verdicts) {
-        admit_pass(loaded, None, domain, lb_networks, verdicts);
+    let pass = |store: &mut Store,
+                problems: &mut Vec<Problem>,
+                previous,
+                refused: &mut Vec<ObjectKey>,
+                verdicts: &mut SliceVerdicts| {
+        admit_pass(
+            store,
+            problems,
+            previous,
+            domain,
+            lb_networks,
+            verdicts,
+            refused,
+        )
+    };
+    if pass(store, problems, Some(previous), &mut refused, verdicts) {
+        pass(store, problems, None, &mut refused, verdicts);
     }
     verdicts.end();
+    refused.sort_unstable();
+    refused.dedup();
+    refused
 }
 
 /// [`admit_cached`] for a change of EndpointSlices alone, when nothing
@@ -316,16 +346,18 @@ impl SliceVerdicts {
 
 /// One pass; returns whether it put back any previous version.
 fn admit_pass(
-    loaded: &mut Loaded,
+    loaded: &mut Store,
+    problems: &mut Vec<Problem>,
     previous: Option<&Store>,
     domain: &str,
     lb_networks: &[IpNet],
     verdicts: &mut SliceVerdicts,
+    refused_keys: &mut Vec<ObjectKey>,
 ) -> bool {
-    if loaded.store.tenants.is_empty() {
+    if loaded.tenants.is_empty() {
         return false;
     }
-    let store = &loaded.store;
+    let store = &*loaded;
     let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
     let by_namespace: HashMap<String, &Tenant> =
         tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
@@ -605,13 +637,13 @@ fn admit_pass(
 
     let mut kept_any = false;
     for (key, origin, violations) in refused {
-        loaded.store.remove(&key);
-        let kept = previous.is_some_and(|p| loaded.store.retain_from(p, &key));
+        refused_keys.push(key.clone());
+        loaded.remove(&key);
+        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
         kept_any |= kept;
         let object = key.to_string();
         if previous.is_none()
-            && let Some(p) = loaded
-                .problems
+            && let Some(p) = problems
                 .iter_mut()
                 .find(|p| p.object.as_deref() == Some(&object))
         {
@@ -619,7 +651,7 @@ fn admit_pass(
             p.kept_previous = false;
             continue;
         }
-        loaded.problems.push(Problem {
+        problems.push(Problem {
             file: origin.file.to_path_buf(),
             document: origin.document,
             object: Some(object),
@@ -825,7 +857,8 @@ mod tests {
         let mut verdicts = SliceVerdicts::default();
         let mut first = load(&docs("10.1.0.0/24", "10.1.0.5"), &Store::default());
         admit_cached(
-            &mut first,
+            &mut first.store,
+            &mut first.problems,
             &Store::default(),
             "example.net",
             &[],
@@ -841,7 +874,14 @@ mod tests {
             store: first.store.clone(),
             problems: Vec::new(),
         };
-        admit_cached(&mut again, &first.store, "example.net", &[], &mut verdicts);
+        admit_cached(
+            &mut again.store,
+            &mut again.problems,
+            &first.store,
+            "example.net",
+            &[],
+            &mut verdicts,
+        );
         assert_eq!(
             (verdicts.reused(), again.store.endpoint_slices.len()),
             (1, 1)
@@ -856,7 +896,8 @@ mod tests {
             .endpoint_slices
             .insert(NsName::new("tenant-a", "s-1"), slice);
         admit_cached(
-            &mut moved,
+            &mut moved.store,
+            &mut moved.problems,
             &Store::default(),
             "example.net",
             &[],
@@ -1065,7 +1106,8 @@ mod tests {
             let mut loaded = loaded(&format!("{tenant}---\n{}", slices.join("---\n")));
             let mut verdicts = SliceVerdicts::default();
             admit_cached(
-                &mut loaded,
+                &mut loaded.store,
+                &mut loaded.problems,
                 &Store::default(),
                 "example.net",
                 &[],

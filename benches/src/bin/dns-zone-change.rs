@@ -34,6 +34,7 @@ use teapot_proxy::compile::routes::{Route, RouteTable};
 use teapot_proxy::compile::snapshot::Snapshot;
 use teapot_proxy::compile::upstream::Upstream;
 use teapot_proxy::loops::dns_zone::{self, Hosts, ZoneState};
+use teapot_proxy::loops::reload::thread_cpu_ns;
 
 // The allocator `teapot` ships with, so the numbers are those of the binary.
 #[global_allocator]
@@ -159,15 +160,6 @@ fn rss_mib() -> f64 {
     teapot_benches::peers::rss_kib(std::process::id()).map_or(0.0, |kib| kib as f64 / 1024.0)
 }
 
-/// This thread's time on a CPU, in ns: on a loaded machine the wall time
-/// of a change includes the time it waited for one.
-fn cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 fn summary(mut ms: Vec<f64>) -> Value {
     ms.sort_by(f64::total_cmp);
     let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
@@ -206,10 +198,10 @@ fn child(path: &str, n: usize, changes: usize) -> Result<Value> {
             (&plus, &mut added, &mut added_cpu),
             (&base, &mut removed, &mut removed_cpu),
         ] {
-            let (at, cpu_at) = (Instant::now(), cpu_ns());
+            let (at, cpu_at) = (Instant::now(), thread_cpu_ns());
             change(s)?;
             times.push(at.elapsed().as_secs_f64() * 1e3);
-            cpu.push((cpu_ns() - cpu_at) as f64 / 1e6);
+            cpu.push((thread_cpu_ns() - cpu_at) as f64 / 1e6);
         }
     }
     // The share of a change that only lists the snapshot's hosts.

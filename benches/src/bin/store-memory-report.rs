@@ -80,7 +80,8 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut verdicts = SliceVerdicts::default();
     admit_cached(
-        &mut loaded,
+        &mut loaded.store,
+        &mut loaded.problems,
         &Default::default(),
         "localhost",
         &[],

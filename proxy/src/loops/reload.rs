@@ -38,7 +38,7 @@ use crate::loops::proof::ProofBook;
 use crate::plane::l4::L4;
 use crate::plane::metrics::Metrics;
 use teapot_model::manifests::{FileCache, Problem, load_dir_cached};
-use teapot_model::store::{NsName, Store};
+use teapot_model::store::{NsName, ObjectKey, Store};
 use teapot_source::kube::KubeSource;
 
 /// What [`Reloader::slices_in_place`] did.
@@ -126,6 +126,17 @@ struct ReloadState {
     verdicts: teapot_model::tenancy::SliceVerdicts,
     generation: u64,
     problems: HashSet<String>,
+    /// The objects the last load's problems name (`Kind ns/name`): a
+    /// refused EndpointSlice changed or removed is left to a load, which
+    /// says what became of it, not taken in place.
+    problem_objects: HashSet<String>,
+    /// `Some`: `store` is the kube source's store as the last load left it
+    /// but for these objects, which the tenant check took out of it or put
+    /// a previous version of back; the next load brings it up to date in
+    /// place (`KubeSource::changes_into`) instead of copying the source's.
+    /// `None`: it may differ anywhere (no kube load yet, or changes taken
+    /// and not applied).
+    diverged: Option<Vec<ObjectKey>>,
 }
 
 impl Reloader {
@@ -255,7 +266,9 @@ impl Reloader {
                 }
             }
             Source::Kube(kube) if !kube.is_synced() => return InPlace::NotSlices,
-            Source::Kube(kube) => match kube.take_slice_changes() {
+            Source::Kube(kube) => match kube
+                .take_slice_changes(|key| state.problem_objects.contains(&key.to_string()))
+            {
                 Some(changes) => (changes, None),
                 None => return InPlace::NotSlices,
             },
@@ -277,10 +290,14 @@ impl Reloader {
             &mut state.verdicts,
         ) {
             // The kube source's changes are taken: only a compile of its
-            // snapshot serves them now. A directory is read whole.
+            // snapshot serves them now (the store lacks them, so it is
+            // not the source's). A directory is read whole.
             return match files {
                 Some(_) => InPlace::NotSlices,
-                None => InPlace::Compile(why),
+                None => {
+                    state.diverged = None;
+                    InPlace::Compile(why)
+                }
             };
         }
         let services = endpoint_sets::changed_services(&changes, &state.store);
@@ -340,7 +357,15 @@ impl Reloader {
         endpoints_in_place: bool,
         started: std::time::Instant,
     ) -> u64 {
-        let (mut loaded, changed) = match &self.source {
+        let cpu_started = thread_cpu_ns();
+        // The store is changed in place by a load by name, or replaced by a
+        // whole load's; `previous` is what it held before, for the objects
+        // the load changed at least (a load by name returns those alone,
+        // a whole load leaves the whole old store), and `problems` the
+        // load's. `state.store` always holds a store the file cache
+        // describes, so a load or check that fails part way leaves the
+        // next load nothing stale to build on.
+        let (mut problems, changed, previous) = match &self.source {
             Source::Dir(dir) => {
                 // Only the watcher's start reads it; later loads follow
                 // the watcher's own fingerprints.
@@ -349,48 +374,73 @@ impl Reloader {
                 }
                 let state = &mut *state;
                 let by_name = named.map(|named| {
-                    teapot_model::manifests::load_named(dir, named, &state.store, &mut state.files)
+                    teapot_model::manifests::load_named(
+                        dir,
+                        named,
+                        &mut state.store,
+                        &mut state.files,
+                    )
                 });
-                let loaded = match by_name {
-                    Some(Ok(loaded)) => loaded,
+                let (problems, previous) = match by_name {
+                    Some(Ok(before)) => (Vec::new(), before),
                     by_name => {
                         if let Some(Err(why)) = by_name {
                             tracing::debug!(why, "the files named need a whole load");
                         }
-                        load_dir_cached(dir, &state.store, &mut state.files)
+                        let loaded = load_dir_cached(dir, &state.store, &mut state.files);
+                        // Laid out afresh: the load's maps and keys sit
+                        // among what parsing allocated, and every later
+                        // compile walks them (a compile of a route change
+                        // at 100k Ingresses was 15 % slower on the store
+                        // as loaded; benches/route-table.md, "A route
+                        // change changes the store in place").
+                        let previous = std::mem::replace(&mut state.store, loaded.store.clone());
+                        (loaded.problems, previous)
                     }
                 };
-                (loaded, state.files.changed().map(<[_]>::to_vec))
+                (problems, state.files.changed().map(<[_]>::to_vec), previous)
             }
             // Before every watch has listed, the store is a partial
             // picture: serving it would drop routes that do exist.
             Source::Kube(kube) if !kube.is_synced() => return state.generation,
+            Source::Kube(kube) if state.diverged.is_some() => {
+                let diverged = state.diverged.take().unwrap_or_default();
+                let (before, changed, problems) = kube.changes_into(&mut state.store, &diverged);
+                (problems, Some(changed), before)
+            }
             Source::Kube(kube) => {
                 let (loaded, changed) = kube.snapshot_changes();
-                (loaded, Some(changed))
+                let previous = std::mem::replace(&mut state.store, loaded.store);
+                (loaded.problems, Some(changed), previous)
             }
         };
         let state = &mut *state;
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
-        teapot_model::tenancy::admit_cached(
-            &mut loaded,
-            &state.store,
+        // Until the check has said where it leaves the store unlike the
+        // source's, the store may differ anywhere.
+        state.diverged = None;
+        let refused = teapot_model::tenancy::admit_cached(
+            &mut state.store,
+            &mut problems,
+            &previous,
             &self.options.domain,
             &self.options.lb_networks,
             &mut state.verdicts,
         );
         let admit_ms = started.elapsed().as_secs_f64() * 1e3 - load_ms;
-        state.files.settle(&loaded.problems);
-        let problems_changed = log_problems(&loaded.problems, &mut state.problems);
-        self.metrics
-            .manifest_problems
-            .set(loaded.problems.len() as i64);
+        if matches!(self.source, Source::Kube(_)) {
+            state.diverged = Some(refused);
+        }
+        state.files.settle(&problems);
+        state.problem_objects = problems.iter().filter_map(|p| p.object.clone()).collect();
+        let problems_changed = log_problems(&problems, &mut state.problems);
+        self.metrics.manifest_problems.set(problems.len() as i64);
         if endpoints_in_place
             && state.generation > 0
             && !problems_changed
             && let Some(services) = changed
                 .as_deref()
-                .and_then(|keys| endpoint_sets::slice_services(keys, &state.store, &loaded.store))
+                .and_then(|keys| endpoint_sets::slice_services(keys, &previous, &state.store))
         {
             let update = InPlaceUpdate {
                 generation: state.generation,
@@ -398,11 +448,8 @@ impl Reloader {
                 load_ms,
                 started,
             };
-            match self.refresh_cells(&loaded.store, &state.parts, &services, update) {
-                Refreshed::Stored(_) => {
-                    state.store = loaded.store;
-                    return state.generation;
-                }
+            match self.refresh_cells(&state.store, &state.parts, &services, update) {
+                Refreshed::Stored(_) => return state.generation,
                 Refreshed::NeedsCompile(why) => {
                     tracing::debug!(why, "an EndpointSlice change needs a compile");
                 }
@@ -410,17 +457,13 @@ impl Reloader {
         }
         state.generation += 1;
         let snapshot = compile_incremental(
-            &loaded.store,
-            loaded.problems,
+            &state.store,
+            problems,
             state.generation,
             &self.inputs(),
             &self.registry,
             &mut state.parts,
         );
-        // The store it replaces is dropped after the swap, with the old
-        // snapshot: at 100k Ingresses its drop was a tenth of a route
-        // change's time to being served.
-        let old_store = std::mem::replace(&mut state.store, loaded.store);
         if let (Some((l4, allocations)), Some(compiled)) = (&self.live.l4, &snapshot.l4) {
             allocations.remember(compiled.holdings.clone());
             l4.publish(compiled.table.clone(), snapshot.report.l4.as_ref());
@@ -459,6 +502,7 @@ impl Reloader {
             admit_ms,
             compile_ms = snapshot.compile_time.as_secs_f64() * 1e3,
             reload_ms = started.elapsed().as_secs_f64() * 1e3,
+            reload_cpu_ms = thread_cpu_ns().saturating_sub(cpu_started) as f64 / 1e6,
             files_taken_over = state.files.taken_over(),
             loads_by_name = state.files.loads_by_name(),
             slice_verdicts_reused = state.verdicts.reused(),
@@ -466,7 +510,11 @@ impl Reloader {
             namespaces_handed_on = state.parts.carried_namespaces(),
             "snapshot swapped in"
         );
-        retire(self.snapshots.swap(Arc::new(snapshot)), old_store);
+        // What the store held before is dropped after the swap, with the
+        // old snapshot: after a whole load that is the whole old store,
+        // whose drop at 100k Ingresses was a tenth of a route change's
+        // time to being served.
+        retire(self.snapshots.swap(Arc::new(snapshot)), previous);
         self.generations.send_replace(state.generation);
         state.generation
     }
@@ -565,6 +613,16 @@ impl Reloader {
 /// How long a retired snapshot's drop waits for the requests still using
 /// it before it leaves the last release to them.
 const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// This thread's time on a CPU so far, in ns (0 where the kernel does not
+/// say): beside a reload's wall time it tells the work from the wait for a
+/// core, which on a loaded machine can be the larger part.
+pub fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Drops the snapshot just swapped out on a thread of its own, once the
 /// requests that started on it are done. Dropping a large snapshot takes a
@@ -881,5 +939,211 @@ mod tests {
         let by_name = reloader.state.lock().files.loads_by_name();
         eprintln!("{in_place} in place, {compiles} compiles, {by_name} loads by name");
         (in_place, compiles, by_name)
+    }
+
+    /// The kube source's objects, as the API double takes them.
+    mod kube_world {
+        use serde_json::{Value, json};
+
+        pub fn tenant(t: usize, narrow: bool) -> Value {
+            let cidr = if narrow {
+                format!("10.{t}.1.0/24")
+            } else {
+                format!("10.{t}.0.0/16")
+            };
+            json!({"apiVersion": "teapot.dev/v1alpha1", "kind": "Tenant",
+                   "metadata": {"name": format!("t{t}")},
+                   "spec": {"cluster": format!("t{t}"), "nodeCIDRs": [cidr]}})
+        }
+
+        pub fn service(t: usize, port: u16) -> Value {
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "web", "namespace": format!("tenant-t{t}")},
+                   "spec": {"ports": [{"name": "http", "port": port}]}})
+        }
+
+        pub fn ingress(t: usize, name: &str, path: &str) -> Value {
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                   "metadata": {"name": name, "namespace": format!("tenant-t{t}")},
+                   "spec": {"ingressClassName": "teapot", "rules": [{"http": {"paths": [
+                       {"path": path, "pathType": "Prefix",
+                        "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]}})
+        }
+
+        /// Slice `s` of tenant `t`, its endpoint in tenant `net`'s network
+        /// (another's is refused by the tenant policy).
+        pub fn slice(t: usize, s: usize, generation: u8, net: usize) -> Value {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": format!("web-{s}"), "namespace": format!("tenant-t{t}"),
+                                "labels": {"kubernetes.io/service-name": "web",
+                                           "endpointslice.kubernetes.io/managed-by": "sync.teapot.dev"}},
+                   "addressType": "IPv4",
+                   "ports": [{"name": "http", "port": 30080}],
+                   "endpoints": [{"addresses": [format!("10.{net}.{s}.{generation}")],
+                                  "conditions": {"ready": true}}]})
+        }
+    }
+
+    /// Against the API double: random changes (routes, Services, Tenants
+    /// that narrow their node networks, EndpointSlices, slices the tenant
+    /// policy refuses, deletions) reach a kube-mode reloader, which brings
+    /// its store up to date in place (`KubeSource::changes_into`), the
+    /// objects the tenant check refused included; after each change it
+    /// serves and reports what a load of the source's whole snapshot, with
+    /// the same history, does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kube_changes_in_place_serve_what_a_snapshot_would() {
+        use teapot_model::manifests::Loaded;
+        use teapot_source::kube::{KubeSource, WatchSpec};
+        use teapot_testkit::apiserver::ApiServer;
+
+        let api = ApiServer::start().await;
+        let mut narrow = [false; TENANTS];
+        let mut port = [80; TENANTS];
+        let mut slices = [[None::<u8>; 3]; TENANTS];
+        for (t, tenant_slices) in slices.iter_mut().enumerate() {
+            api.apply(kube_world::tenant(t, false));
+            api.apply(kube_world::service(t, 80));
+            api.apply(kube_world::ingress(t, "web", "/"));
+            api.apply(kube_world::ingress(t, "api", "/v0"));
+            for (s, slot) in tenant_slices.iter_mut().enumerate().take(2) {
+                api.apply(kube_world::slice(t, s, 0, t));
+                *slot = Some(0);
+            }
+        }
+        let source = KubeSource::start_with(&api.client(), WatchSpec::all(&[]));
+        tokio::time::timeout(std::time::Duration::from_secs(30), source.wait_synced())
+            .await
+            .expect("synced in time");
+        let snapshots: SnapshotHandle = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let reloader = Arc::new(Reloader::with_source(
+            Source::Kube(source.clone()),
+            options(),
+            snapshots.clone(),
+            Metrics::new().unwrap(),
+        ));
+        let reference = |previous: &Store| {
+            let mut loaded: Loaded = source.snapshot();
+            teapot_model::tenancy::admit(&mut loaded, previous, "example.net", &[]);
+            let snapshot = crate::compile::compile(
+                &loaded.store,
+                loaded.problems.clone(),
+                0,
+                &options(),
+                &EndpointRegistry::default(),
+            );
+            (loaded.store, snapshot)
+        };
+        let reload = |r: &Arc<Reloader>| {
+            let r = r.clone();
+            tokio::task::spawn_blocking(move || r.reload())
+        };
+        reload(&reloader).await.unwrap();
+        let (mut previous, _) = reference(&Store::default());
+
+        let mut rng = rand::rngs::StdRng::seed_from_u64(53);
+        let (mut in_place, mut past_refusals, mut copied) = (0, 0, 0);
+        let mut route = [0; TENANTS];
+        for round in 0..160 {
+            let t = rng.random_range(0..TENANTS);
+            let s = rng.random_range(0..3);
+            let change = rng.random_range(0..20);
+            let ns = format!("tenant-t{t}");
+            let slice_id = NsName::new(ns.clone(), format!("web-{s}"));
+            let holds = move |store: &Store, address: &str| {
+                let address: std::net::IpAddr = address.parse().unwrap();
+                store
+                    .endpoint_slices
+                    .get(&slice_id)
+                    .is_some_and(|x| x.object.endpoints().any(|(_, a)| a.contains(&address)))
+            };
+            // What the source holds once the change reached it.
+            let visible: Box<dyn Fn(&Store) -> bool> = match change {
+                0 => {
+                    narrow[t] = !narrow[t];
+                    let tenant = api.apply(kube_world::tenant(t, narrow[t]));
+                    let cidr = tenant["spec"]["nodeCIDRs"][0].as_str().unwrap().to_string();
+                    Box::new(move |store| {
+                        store.tenants[&format!("t{t}")].object.spec.node_cidrs == [cidr.clone()]
+                    })
+                }
+                1 => {
+                    port[t] = if port[t] == 80 { 8080 } else { 80 };
+                    api.apply(kube_world::service(t, port[t]));
+                    let (id, port) = (NsName::new(ns.clone(), "web"), i32::from(port[t]));
+                    Box::new(move |store| {
+                        let typed = store.services[&id].object.to_typed();
+                        typed
+                            .spec
+                            .and_then(|s| s.ports)
+                            .is_some_and(|p| p[0].port == port)
+                    })
+                }
+                2..=5 => {
+                    route[t] = (route[t] + 1) % 5;
+                    let path = format!("/v{}", route[t]);
+                    api.apply(kube_world::ingress(t, "api", &path));
+                    let id = NsName::new(ns.clone(), "api");
+                    Box::new(move |store| {
+                        let spec = store.ingresses[&id].object.spec.as_ref();
+                        let rule = spec.and_then(|s| s.rules.as_ref()).map(|r| &r[0]);
+                        let http = rule.and_then(|r| r.http.as_ref());
+                        http.and_then(|h| h.paths[0].path.as_deref()) == Some(path.as_str())
+                    })
+                }
+                // Refused by the tenant policy: the previous version stays.
+                6..=7 => {
+                    // Never the version the API holds: each write is a change.
+                    let generation = 100 + (round % 150) as u8;
+                    let net = (t + 1) % TENANTS;
+                    api.apply(kube_world::slice(t, s, generation, net));
+                    let address = format!("10.{net}.{s}.{generation}");
+                    Box::new(move |store| holds(store, &address))
+                }
+                8..=9 if slices[t][s].is_some() => {
+                    slices[t][s] = None;
+                    assert!(api.delete(
+                        "discovery.k8s.io/v1",
+                        "EndpointSlice",
+                        &ns,
+                        &format!("web-{s}")
+                    ));
+                    let id = NsName::new(ns.clone(), format!("web-{s}"));
+                    Box::new(move |store| !store.endpoint_slices.contains_key(&id))
+                }
+                _ => {
+                    let generation = slices[t][s].map_or(0, |g| (g + 1) % 50);
+                    slices[t][s] = Some(generation);
+                    api.apply(kube_world::slice(t, s, generation, t));
+                    let address = format!("10.{t}.{s}.{generation}");
+                    Box::new(move |store| holds(store, &address))
+                }
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !visible(&source.snapshot().store) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "round {round}: the change reaches the source"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            let diverged = reloader.state.lock().diverged.as_ref().map(Vec::len);
+            reload(&reloader).await.unwrap();
+            match diverged {
+                Some(0) => in_place += 1,
+                Some(_) => past_refusals += 1,
+                None => copied += 1,
+            }
+            let (store, whole) = reference(&previous);
+            previous = store;
+            let serving = snapshots.load();
+            assert_eq!(served(&serving), served(&whole), "round {round}");
+            assert_eq!(report(&serving), report(&whole), "round {round}");
+        }
+        eprintln!(
+            "{in_place} in place, {past_refusals} in place past refused objects, {copied} copied"
+        );
+        assert!(in_place >= 5, "{in_place} in place");
+        assert!(past_refusals > 50, "{past_refusals} past refused objects");
     }
 }
