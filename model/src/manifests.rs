@@ -135,7 +135,11 @@ impl FileCache {
         any
     }
 
-    fn names_problem(&self, key: &ObjectKey) -> bool {
+    /// Whether the problems [`FileCache::settle`] was last given name
+    /// `key`: whatever the source, a reader that settles the cache after
+    /// each load asks here which objects a load, not a change in place,
+    /// must decide (a kube reader's refused EndpointSlices too).
+    pub fn names_problem(&self, key: &ObjectKey) -> bool {
         !self.problem_objects.is_empty() && self.problem_objects.contains(&key.to_string())
     }
 

@@ -120,16 +120,13 @@ struct ReloadState {
     /// namespace redoes that namespace's backends only.
     parts: CompiledParts,
     /// The manifests files of the last load that can be taken over
-    /// unparsed while they stay unchanged.
+    /// unparsed while they stay unchanged; in either mode, the objects
+    /// the last load's problems name (settled after every load).
     files: FileCache,
     /// The tenant policy's verdicts on unchanged EndpointSlices.
     verdicts: teapot_model::tenancy::SliceVerdicts,
     generation: u64,
     problems: HashSet<String>,
-    /// The objects the last load's problems name (`Kind ns/name`): a
-    /// refused EndpointSlice changed or removed is left to a load, which
-    /// says what became of it, not taken in place.
-    problem_objects: HashSet<String>,
     /// `Some`: `store` is the kube source's store as the last load left it
     /// but for these objects, which the tenant check took out of it or put
     /// a previous version of back; the next load brings it up to date in
@@ -266,12 +263,14 @@ impl Reloader {
                 }
             }
             Source::Kube(kube) if !kube.is_synced() => return InPlace::NotSlices,
-            Source::Kube(kube) => match kube
-                .take_slice_changes(|key| state.problem_objects.contains(&key.to_string()))
-            {
-                Some(changes) => (changes, None),
-                None => return InPlace::NotSlices,
-            },
+            // A refused EndpointSlice changed or removed is left to a load,
+            // which says what became of it.
+            Source::Kube(kube) => {
+                match kube.take_slice_changes(|key| state.files.names_problem(key)) {
+                    Some(changes) => (changes, None),
+                    None => return InPlace::NotSlices,
+                }
+            }
         };
         if changes.is_empty() {
             // Files rewritten as they were, or a watch event that changed
@@ -432,7 +431,6 @@ impl Reloader {
             state.diverged = Some(refused);
         }
         state.files.settle(&problems);
-        state.problem_objects = problems.iter().filter_map(|p| p.object.clone()).collect();
         let problems_changed = log_problems(&problems, &mut state.problems);
         self.metrics.manifest_problems.set(problems.len() as i64);
         if endpoints_in_place
