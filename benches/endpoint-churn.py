@@ -14,9 +14,13 @@ Measures, per binary and size:
   - a burst of RATE changes/s over different namespaces for SECONDS: p99 of
     written -> served and the proxy's CPU share of one core;
   - the same stream again without probing: the proxy's CPU share alone and
-    the p50/p99 of the in-place updates its log times (`update_ms`).
+    the p50/p99 of the in-place updates its log times (`update_ms`);
+  - with --route-rate R: a stream of R route changes/s (hosts renamed, a
+    different namespace each time) for SECONDS, probed (p50/p99 of written
+    -> served), then again unprobed: the proxy's CPU share of one core and
+    the compiles its log counts, which the compile's pace bounds.
 
-Usage: endpoint-churn.py --sizes 10000,100000 --json out.json NAME=BINARY...
+Usage: endpoint-churn.py --sizes 10000,100000 [--route-rate 5] --json out.json NAME=BINARY...
 """
 import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
@@ -164,7 +168,7 @@ def wait_served(http, host, want, deadline):
     return False
 
 
-def run_one(binary, n, ports, rate, seconds):
+def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
     d = tempfile.mkdtemp(prefix="ep-churn-")
     manifests = os.path.join(d, "m")
     os.makedirs(manifests)
@@ -330,6 +334,11 @@ def run_one(binary, n, ports, rate, seconds):
                 "update_ms_p50": round(updates[len(updates) // 2], 2) if updates else None,
                 "update_ms_p99": round(updates[min(len(updates) - 1, int(len(updates) * 0.99))], 2) if updates else None,
             }
+        if route_rate:
+            time.sleep(1.0 + n / 50000)
+            out["route_stream"] = route_stream(
+                http, manifests, d, log, p.pid, namespaces, route_rate, seconds
+            )
         out["reloads_total"] = metric(admin, "teapot_reloads_total")
         out["endpoint_updates_total"] = metric(admin, "teapot_endpoint_updates_total")
     finally:
@@ -341,11 +350,68 @@ def run_one(binary, n, ports, rate, seconds):
     return out
 
 
+def route_stream(http, manifests, d, log, pid, namespaces, rate, seconds):
+    """A stream of route changes, `rate` a second for `seconds`: probed for
+    written -> served, then unprobed for the CPU and the compiles."""
+    out = {"rate_per_s": rate}
+    for probed in (True, False):
+        lat, lock, waiters = [], threading.Lock(), []
+        log.flush()
+        logged_before = os.path.getsize(os.path.join(d, "log"))
+        c0 = cpu_seconds(pid)
+        start = time.monotonic()
+        i = 0
+        while time.monotonic() - start < seconds:
+            k = (i * 17 + 7 + (0 if probed else 1)) % namespaces
+            host = f"{'p' if probed else 'u'}{i}.ns{k}.bench.test"
+            t = time.monotonic()
+            write_routes(manifests, k, moved=host)
+            if probed:
+
+                def wait(host=host, t=t):
+                    ok = wait_served(http, host, (b"a", b"b"), t + 60)
+                    with lock:
+                        lat.append(time.monotonic() - t if ok else float("inf"))
+
+                th = threading.Thread(target=wait, daemon=True)
+                th.start()
+                waiters.append(th)
+            i += 1
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        elapsed = time.monotonic() - start
+        cpu = cpu_seconds(pid) - c0
+        for th in waiters:
+            th.join()
+        time.sleep(2.0)
+        log.flush()
+        with open(os.path.join(d, "log"), errors="replace") as f:
+            f.seek(logged_before)
+            compiles = [
+                float(m.group(1))
+                for m in re.finditer(r"compile_ms=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", f.read()))
+            ]
+        if probed:
+            lat.sort()
+            out["changes"] = len(lat)
+            out["p50_ms"] = round(lat[len(lat) // 2] * 1e3, 1)
+            out["p99_ms"] = round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, 1)
+            out["max_ms"] = round(lat[-1] * 1e3, 1)
+            out["cpu_share_of_a_core_incl_probes"] = round(cpu / elapsed, 3)
+        else:
+            out["unprobed_changes"] = i
+            out["cpu_share_of_a_core"] = round(cpu / elapsed, 3)
+            out["compiles"] = len(compiles)
+            out["compile_ms_sum"] = round(sum(compiles), 1)
+            out["compile_share_of_the_stream"] = round(sum(compiles) / 1e3 / elapsed, 3)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000")
     ap.add_argument("--rate", type=float, default=100)
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--route-rate", type=float, default=0.0)
     ap.add_argument("--json")
     ap.add_argument("binaries", nargs="+")
     a = ap.parse_args()
@@ -358,7 +424,7 @@ def main():
     for n in [int(x) for x in a.sizes.split(",")]:
         for spec in a.binaries:
             name, binary = spec.split("=", 1)
-            r = run_one(binary, n, ports, a.rate, a.seconds)
+            r = run_one(binary, n, ports, a.rate, a.seconds, a.route_rate)
             r["binary"] = name
             print(json.dumps(r), flush=True)
             results["runs"].append(r)

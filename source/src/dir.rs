@@ -1,14 +1,18 @@
 //! The manifests-directory watcher shared by every directory source (the
 //! proxy's reload, the ACME directory store, the webhook).
 //!
-//! inotify events (through `notify`) trigger a reload after a short quiet
-//! period, so a `kubectl`-style burst of writes or an editor's
-//! write-rename becomes one reload. Files written whole (closed after the
-//! write, or renamed into place) that the caller applies in place (a
-//! tenant's EndpointSlices) are reloaded almost at once, and the caller is
-//! told which paths changed ([`watch_dir_named`]). A cheap poll of file sizes and
-//! modification times backs the watcher up on filesystems where events go
-//! missing.
+//! inotify events (through `notify`) trigger a reload once the burst they
+//! belong to is over, so a `kubectl`-style burst of writes or an editor's
+//! write-rename becomes one reload: [`PROMPT_QUIET`] after the last event
+//! when every file it named was written whole (closed after the write,
+//! renamed into place, removed), [`QUIET_PERIOD`] while one is still being
+//! written. A reload that compiles also waits for the [`Pace`] the last
+//! one set (a multiple of its own cost), so a steady stream of changes
+//! takes a bounded share of a core whatever the store's size; files the
+//! caller applies in place (a tenant's EndpointSlices) do not, and the
+//! caller is told which paths changed ([`watch_dir_named`]). A cheap poll
+//! of file sizes and modification times backs the watcher up on
+//! filesystems where events go missing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,11 +21,13 @@ use std::time::{Duration, SystemTime};
 use notify::Watcher;
 use tokio::sync::{mpsc, watch};
 
-/// How long the directory must be quiet before a reload.
+/// How long the directory must be quiet before a reload while a file is
+/// still being written (created or written, not yet closed).
 pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 /// Safety-net poll interval.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-pub use crate::kube::{PROMPT_MAX, PROMPT_QUIET};
+use crate::kube::MAX_COALESCE;
+pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
 
 /// Runs `reload` on the blocking pool whenever `dir` changes, until
 /// `shutdown` turns true: after inotify events and a quiet period, or when
@@ -93,8 +99,8 @@ impl Burst {
 /// unknown, after a poll found the directory changed or an event without
 /// a path; reload everything). `prompt`: whether the caller applies a
 /// change of these files, each written whole, in place; they are then
-/// reloaded after [`PROMPT_QUIET`] (at most [`PROMPT_MAX`] after the first
-/// event) instead of the quiet period.
+/// reloaded at most [`PROMPT_MAX`] after the first event, whatever the
+/// pace (nothing is compiled).
 pub async fn watch_dir_named(
     dir: PathBuf,
     initial: Option<Fingerprint>,
@@ -137,6 +143,7 @@ pub async fn watch_dir_named(
     tick.tick().await;
     // The paths events named since the last poll.
     let mut handled: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut pace = Pace::default();
     loop {
         let named = tokio::select! {
             // Events first: a change the watcher saw is read as named, and
@@ -145,19 +152,26 @@ pub async fn watch_dir_named(
             gone = shutdown.changed() => if gone.is_err() || *shutdown.borrow() { return } else { continue },
             Some(first) = rx.recv() => {
                 // Let the burst finish, but not forever: a directory that
-                // changes more often than QUIET_PERIOD still reloads.
+                // never goes quiet still reloads, MAX_COALESCE after its
+                // first change at the latest.
                 let started = tokio::time::Instant::now();
                 let mut burst = Burst::default();
                 burst.add(first);
                 loop {
-                    let prompt = burst.whole()
-                        && prompt(&burst.paths.keys().cloned().collect::<Vec<_>>());
-                    let (quiet, deadline) = if prompt {
-                        (PROMPT_QUIET, started + PROMPT_MAX)
+                    let whole = burst.whole();
+                    let prompt = whole && prompt(&burst.paths.keys().cloned().collect::<Vec<_>>());
+                    let now = tokio::time::Instant::now();
+                    let until = if prompt {
+                        (started + PROMPT_MAX).min(now + PROMPT_QUIET)
                     } else {
-                        (QUIET_PERIOD, started + crate::kube::MAX_COALESCE)
+                        // A file still being written waits for the
+                        // writer's pauses to pass; whole files only for
+                        // the rest of their burst. Either compiles, so
+                        // not before the pace allows.
+                        let quiet = if whole { PROMPT_QUIET } else { QUIET_PERIOD };
+                        let settled = (started + MAX_COALESCE).min(now + quiet);
+                        settled.max(pace.not_before())
                     };
-                    let until = deadline.min(tokio::time::Instant::now() + quiet);
                     match tokio::time::timeout_at(until, rx.recv()).await {
                         Ok(Some(event)) => burst.add(event),
                         _ => break,
@@ -188,9 +202,11 @@ pub async fn watch_dir_named(
             }
         };
         let reload = reload.clone();
+        let started = tokio::time::Instant::now();
         if let Err(e) = tokio::task::spawn_blocking(move || reload(named)).await {
             tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
         }
+        pace.record(started, tokio::time::Instant::now());
     }
 }
 
@@ -275,48 +291,124 @@ mod tests {
         assert_eq!(changed, want);
     }
 
-    /// A file written whole that the caller applies in place is reloaded
-    /// by name within the prompt window; one the caller does not is
-    /// reloaded by name after the quiet period.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn files_written_whole_are_named_and_prompt_ones_go_at_once() {
+    /// Watches a fresh directory; `reload` gets the named paths and the
+    /// time it started, and takes `cost(paths)`. Returns the directory,
+    /// the receiver, the shutdown sender and the watch task.
+    async fn watched(
+        prompt_name: &'static str,
+        cost: fn(&[PathBuf]) -> Duration,
+    ) -> (
+        tempfile::TempDir,
+        mpsc::UnboundedReceiver<(Option<Vec<PathBuf>>, tokio::time::Instant)>,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        let (fast, slow) = (dir.path().join("fast.yaml"), dir.path().join("slow.yaml"));
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         let (stop, shutdown) = watch::channel(false);
-        let prompt_path = fast.clone();
         let watching = tokio::spawn(watch_dir_named(
             dir.path().to_path_buf(),
             None,
             Duration::from_secs(3600),
             shutdown,
-            move |named| {
-                let _ = tx.send((named, tokio::time::Instant::now()));
+            move |named: Option<Vec<PathBuf>>| {
+                let started = tokio::time::Instant::now();
+                let took = named.as_deref().map_or(Duration::ZERO, cost);
+                let _ = tx.send((named, started));
+                std::thread::sleep(took);
             },
             || false,
-            move |paths| paths.iter().all(|p| *p == prompt_path),
+            move |paths| paths.iter().all(|p| p.ends_with(prompt_name)),
         ));
         // The watcher must be in place before the writes.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let mut write = async |path: &PathBuf, text: &str| {
-            let written = tokio::time::Instant::now();
-            std::fs::write(path, text).unwrap();
-            let (named, at) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-                .await
-                .expect("a reload")
-                .unwrap();
-            assert_eq!(named, Some(vec![path.clone()]));
-            at - written
-        };
-        let waited = write(&slow, "x").await;
-        assert!(waited >= QUIET_PERIOD, "{waited:?}: the quiet period");
+        (dir, rx, stop, watching)
+    }
+
+    async fn next(
+        rx: &mut mpsc::UnboundedReceiver<(Option<Vec<PathBuf>>, tokio::time::Instant)>,
+    ) -> (Option<Vec<PathBuf>>, tokio::time::Instant) {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a reload")
+            .unwrap()
+    }
+
+    /// A file written whole is reloaded by name within the settle window,
+    /// whether the caller applies it in place or compiles; a file still
+    /// open for writing waits for the quiet period.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_written_whole_go_at_once_and_a_file_mid_write_waits() {
+        let (dir, mut rx, stop, watching) = watched("fast.yaml", |_| Duration::ZERO).await;
+        let (fast, slow, open) = (
+            dir.path().join("fast.yaml"),
+            dir.path().join("slow.yaml"),
+            dir.path().join("open.yaml"),
+        );
         // Before the quiet period: at least once in three tries, so that a
         // loaded machine's scheduling cannot fail it.
-        let mut fastest = Duration::MAX;
-        for text in ["1", "2", "3"] {
-            fastest = fastest.min(write(&fast, text).await);
+        for path in [&fast, &slow] {
+            let mut fastest = Duration::MAX;
+            for text in ["1", "2", "3"] {
+                let written = tokio::time::Instant::now();
+                std::fs::write(path, text).unwrap();
+                let (named, at) = next(&mut rx).await;
+                assert_eq!(named, Some(vec![path.clone()]));
+                fastest = fastest.min(at - written);
+            }
+            assert!(fastest < QUIET_PERIOD, "{}: {fastest:?}", path.display());
         }
-        assert!(fastest < QUIET_PERIOD, "{fastest:?}");
+        // Written and left open: no close says the write is whole.
+        let written = tokio::time::Instant::now();
+        let mut file = std::fs::File::create(&open).unwrap();
+        std::io::Write::write_all(&mut file, b"x").unwrap();
+        let (named, at) = next(&mut rx).await;
+        assert_eq!(named, Some(vec![open.clone()]));
+        assert!(
+            at - written >= QUIET_PERIOD,
+            "{:?}: the quiet period",
+            at - written
+        );
+        drop(file);
+        stop.send_replace(true);
+        watching.await.unwrap();
+    }
+
+    /// After a reload that compiled, the next compile waits PACE_FACTOR
+    /// times its cost; a change applied in place does not wait for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compile_waits_for_the_pace_and_an_in_place_change_does_not() {
+        const COST: Duration = Duration::from_millis(80);
+        let (dir, mut rx, stop, watching) = watched("slices.yaml", |paths| {
+            if paths.iter().all(|p| p.ends_with("slices.yaml")) {
+                Duration::ZERO
+            } else {
+                COST
+            }
+        })
+        .await;
+        let (route, slices) = (
+            dir.path().join("route.yaml"),
+            dir.path().join("slices.yaml"),
+        );
+        std::fs::write(&route, "1").unwrap();
+        let (named, compiled) = next(&mut rx).await;
+        assert_eq!(named, Some(vec![route.clone()]));
+        // Written while the compile runs: applied in place once it ends,
+        // well before the pace.
+        std::fs::write(&slices, "1").unwrap();
+        let (named, in_place) = next(&mut rx).await;
+        assert_eq!(named, Some(vec![slices.clone()]));
+        let paced = COST + COST * PACE_FACTOR;
+        assert!(in_place - compiled < paced, "{:?}", in_place - compiled);
+        std::fs::write(&route, "2").unwrap();
+        let (named, next_compile) = next(&mut rx).await;
+        assert_eq!(named, Some(vec![route.clone()]));
+        assert!(
+            next_compile - compiled >= paced,
+            "{:?}: the compile's own {COST:?} and {PACE_FACTOR} times that after it",
+            next_compile - compiled
+        );
         stop.send_replace(true);
         watching.await.unwrap();
     }

@@ -450,25 +450,65 @@ impl KubeSource {
 /// would go live until the stream stops.
 pub const MAX_COALESCE: Duration = Duration::from_secs(1);
 
-/// How long a change applied in place (EndpointSlices alone, no compile)
-/// waits for others to join it, and the longest it waits: a rollout's
-/// slices still go out together, while a lone pod restart is served
-/// within milliseconds instead of after a compile's quiet period.
+/// How long a burst of whole changes (watch events; files closed after
+/// writing or renamed into place) waits for others to join it, and the
+/// longest a change applied in place waits: a rollout's slices still go
+/// out together, while a lone pod restart is served within milliseconds.
 pub const PROMPT_QUIET: Duration = Duration::from_millis(5);
 pub const PROMPT_MAX: Duration = Duration::from_millis(20);
+
+/// How many times its own cost a compile waits after the last before it
+/// starts. A lone change after a quiet spell compiles at once; under a
+/// steady stream of changes (one tenant's automation, a hostile one)
+/// compiles take at most `1 / (1 + PACE_FACTOR)` of a core, whatever the
+/// store's size, where a fixed quiet period bounded nothing once a
+/// compile outgrew it.
+pub const PACE_FACTOR: u32 = 3;
+
+/// When the next compile may start: after the last reload that took
+/// `took` and ended at `finished`, [`PACE_FACTOR`] times `took` (at most
+/// [`MAX_COALESCE`]), and never before the pace an earlier one set.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    not_before: tokio::time::Instant,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace {
+            not_before: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Pace {
+    /// A reload between `started` and `finished`.
+    pub fn record(&mut self, started: tokio::time::Instant, finished: tokio::time::Instant) {
+        let took = finished.saturating_duration_since(started);
+        let next = finished + (took * PACE_FACTOR).min(MAX_COALESCE);
+        self.not_before = self.not_before.max(next);
+    }
+
+    /// The earliest the next compile may start.
+    pub fn not_before(&self) -> tokio::time::Instant {
+        self.not_before
+    }
+}
 
 /// Waits for a change, then until `quiet` passes without another (or
 /// [`MAX_COALESCE`] after the first): a burst of events becomes one
 /// wake-up. Returns false when the source is gone.
 pub async fn coalesced(changes: &mut watch::Receiver<u64>, quiet: Duration) -> bool {
-    coalesced_unless_prompt(changes, quiet, || false).await
+    coalesced_unless_prompt(changes, quiet, None, || false).await
 }
 
-/// [`coalesced`], with [`PROMPT_QUIET`] and [`PROMPT_MAX`] instead while
-/// `prompt` says that what is waiting is applied in place.
+/// [`coalesced`], not returning before `pace` allows a compile, or with
+/// [`PROMPT_QUIET`] and [`PROMPT_MAX`] instead (and no pace: nothing is
+/// compiled) while `prompt` says that what is waiting is applied in place.
 pub async fn coalesced_unless_prompt(
     changes: &mut watch::Receiver<u64>,
     quiet: Duration,
+    pace: Option<&Pace>,
     prompt: impl Fn() -> bool,
 ) -> bool {
     if changes.changed().await.is_err() {
@@ -476,16 +516,17 @@ pub async fn coalesced_unless_prompt(
     }
     let first = tokio::time::Instant::now();
     loop {
-        let (quiet, deadline) = if prompt() {
-            (PROMPT_QUIET, first + PROMPT_MAX)
+        let now = tokio::time::Instant::now();
+        let until = if prompt() {
+            (first + PROMPT_MAX).min(now + PROMPT_QUIET)
         } else {
-            (quiet, first + MAX_COALESCE)
+            let settled = (first + MAX_COALESCE).min(now + quiet);
+            pace.map_or(settled, |p| settled.max(p.not_before()))
         };
-        let wait = quiet.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-        if wait.is_zero() {
+        if until <= now {
             return true;
         }
-        match tokio::time::timeout(wait, changes.changed()).await {
+        match tokio::time::timeout_at(until, changes.changed()).await {
             Ok(Ok(())) => continue,
             Ok(Err(_)) => return false,
             Err(_) => return true,
@@ -1498,5 +1539,57 @@ mod tests {
         .await;
         assert_eq!(woke, Ok(true));
         stream.abort();
+    }
+
+    /// A compile waits PACE_FACTOR times the last one's cost (at most
+    /// MAX_COALESCE), however early the burst settles; a change applied
+    /// in place goes within PROMPT_MAX whatever the pace.
+    #[tokio::test(start_paused = true)]
+    async fn a_compile_waits_for_the_pace_and_an_in_place_change_does_not() {
+        use tokio::time::Instant;
+        let (tx, mut rx) = watch::channel(0u64);
+        let mut pace = Pace::default();
+        let started = Instant::now();
+        let cost = Duration::from_millis(100);
+        pace.record(started, started + cost);
+        tx.send_modify(|n| *n += 1);
+        assert!(coalesced_unless_prompt(&mut rx, PROMPT_QUIET, Some(&pace), || false).await);
+        assert_eq!(Instant::now() - started, cost + cost * PACE_FACTOR);
+
+        // A cheaper reload after it does not shorten the pace.
+        let mut pace = Pace::default();
+        let started = Instant::now();
+        pace.record(started, started + cost);
+        pace.record(started + cost, started + cost + Duration::from_millis(1));
+        tx.send_modify(|n| *n += 1);
+        assert!(coalesced_unless_prompt(&mut rx, PROMPT_QUIET, Some(&pace), || true).await);
+        assert_eq!(
+            Instant::now() - started,
+            PROMPT_QUIET,
+            "in place: not paced"
+        );
+        tx.send_modify(|n| *n += 1);
+        assert!(coalesced_unless_prompt(&mut rx, PROMPT_QUIET, Some(&pace), || false).await);
+        assert_eq!(Instant::now() - started, cost + cost * PACE_FACTOR);
+
+        // A compile of 10 s waits MAX_COALESCE after it, no more.
+        let mut pace = Pace::default();
+        let started = Instant::now();
+        pace.record(started, started + Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        tx.send_modify(|n| *n += 1);
+        assert!(coalesced_unless_prompt(&mut rx, PROMPT_QUIET, Some(&pace), || false).await);
+        assert_eq!(
+            Instant::now() - started,
+            Duration::from_secs(10) + MAX_COALESCE
+        );
+
+        // With no compile before it, a burst of whole changes settles in
+        // PROMPT_QUIET.
+        let pace = Pace::default();
+        let started = Instant::now();
+        tx.send_modify(|n| *n += 1);
+        assert!(coalesced_unless_prompt(&mut rx, PROMPT_QUIET, Some(&pace), || false).await);
+        assert_eq!(Instant::now() - started, PROMPT_QUIET);
     }
 }

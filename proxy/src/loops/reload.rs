@@ -8,13 +8,15 @@
 //! the L4 holdings); after it, it publishes the L4 table, remembers the
 //! holdings, prunes the registries and swaps the snapshot.
 //!
-//! inotify events (through `notify`) trigger a reload after a short quiet
-//! period, so a `kubectl`-style burst of writes or an editor's
-//! write-rename becomes one compile. A cheap poll of file sizes and
-//! modification times backs the watcher up on filesystems where events go
-//! missing. In kube mode the watch events are coalesced the same way
-//! ([`teapot_source::kube::coalesced`]) and nothing is compiled before every
-//! watch has listed. Compiles run on the blocking pool: a large table must not stall
+//! inotify events (through `notify`) trigger a reload once their burst is
+//! over, so a `kubectl`-style burst of writes or an editor's write-rename
+//! becomes one compile, and a compile waits for the pace the last one set
+//! (`teapot_source::kube::Pace`: three times its cost), so a stream of
+//! changes takes at most a quarter of a core. A cheap poll of file sizes
+//! and modification times backs the watcher up on filesystems where events
+//! go missing. In kube mode the watch events are coalesced the same way
+//! ([`teapot_source::kube::coalesced_unless_prompt`]) and nothing is
+//! compiled before every watch has listed. Compiles run on the blocking pool: a large table must not stall
 //! request handling.
 
 use std::collections::HashSet;
@@ -23,7 +25,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use teapot_source::dir::{Fingerprint, POLL_INTERVAL, QUIET_PERIOD, fingerprint, watch_dir_named};
+use teapot_source::dir::{
+    Fingerprint, POLL_INTERVAL, PROMPT_QUIET, Pace, fingerprint, watch_dir_named,
+};
 use tokio::sync::watch;
 
 use crate::compile::acme::AcmeInputs;
@@ -590,16 +594,23 @@ impl Reloader {
             _ = kube.wait_synced() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
+        let mut pace = Pace::default();
         loop {
             let r = self.clone();
+            let started = tokio::time::Instant::now();
             if let Err(e) = tokio::task::spawn_blocking(move || r.reload()).await {
                 self.metrics.reload_failures_total.inc();
                 tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
             }
-            let coalesced =
-                teapot_source::kube::coalesced_unless_prompt(&mut changes, QUIET_PERIOD, || {
-                    kube.slices_alone_pending()
-                });
+            pace.record(started, tokio::time::Instant::now());
+            // Watch events are whole objects: a burst needs only the
+            // settle of whole files, then the pace.
+            let coalesced = teapot_source::kube::coalesced_unless_prompt(
+                &mut changes,
+                PROMPT_QUIET,
+                Some(&pace),
+                || kube.slices_alone_pending(),
+            );
             tokio::select! {
                 more = coalesced => if !more { return },
                 _ = shutdown.wait_for(|s| *s) => return,
