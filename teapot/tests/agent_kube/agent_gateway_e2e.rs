@@ -121,14 +121,17 @@ async fn tenant_gateway_and_route_to_live_route_and_back() {
     assert_eq!(other.status, 404);
 
     // `kubectl get gateway`: the assigned hostname and the conditions the
-    // proxy wrote on the copy, with the tenant's generation.
+    // proxy wrote on the copy, with the tenant's generation. The Gateway
+    // and its route may be compiled apart (a burst settles in 5 ms): the
+    // status of the compile that had the route is the one to wait for.
     let gateway = eventually("the tenant Gateway status", RELOAD_TIMEOUT, || async {
         let g = tenant.get(GW, "Gateway", NS, "public").unwrap();
         let programmed = g["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter()
                 .any(|c| c["type"] == "Programmed" && c["status"] == "True")
         });
-        (programmed && g["status"]["addresses"][0]["value"].is_string())
+        let attached = g["status"]["listeners"][0]["attachedRoutes"] == 1;
+        (programmed && attached && g["status"]["addresses"][0]["value"].is_string())
             .then(|| g.clone())
             .ok_or(g["status"].clone())
     })
