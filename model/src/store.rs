@@ -791,18 +791,45 @@ impl Store {
 
 /// The order in which Ingresses claim hosts and paths: oldest first by
 /// `creationTimestamp`; objects without one (hand-written manifests) after
-/// those with one; then by namespace/name, so the order is stable.
+/// those with one; then by namespace/name, so the order is stable. The
+/// time is copied (16 bytes): a key that points into its object makes
+/// every comparison of a sort read two objects.
 pub fn age_key<'a>(
-    ingress: &'a Stored<Ingress>,
+    ingress: &Stored<Ingress>,
     id: &'a NsName,
-) -> (bool, Option<&'a k8s_openapi::jiff::Timestamp>, &'a NsName) {
+) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &'a NsName) {
     let created = ingress
         .object
         .metadata
         .creation_timestamp
         .as_ref()
-        .map(|t| &t.0);
+        .map(|t| t.0);
     (created.is_none(), created, id)
+}
+
+/// The Ingresses of `ingresses` (the store's map) oldest first, as
+/// [`age_key`] orders them. Each creation time is copied out once, so the
+/// sort compares keys in one array: comparing by [`age_key`] reads two
+/// Ingresses, scattered over the heap, per comparison, about 1.7 million
+/// of them at 100k Ingresses on every compile. Ties keep the map's order,
+/// which is the id's, as [`age_key`]'s last field has it.
+pub fn ingresses_oldest_first(
+    ingresses: &BTreeMap<NsName, Stored<Ingress>>,
+) -> Vec<(&NsName, &Stored<Ingress>)> {
+    let entries: Vec<(&NsName, &Stored<Ingress>)> = ingresses.iter().collect();
+    let mut keys: Vec<(bool, Option<k8s_openapi::jiff::Timestamp>, u32)> = entries
+        .iter()
+        .enumerate()
+        .map(|(index, (id, stored))| {
+            let (missing, created, _) = age_key(stored, id);
+            (missing, created, index as u32)
+        })
+        .collect();
+    // The index makes every key distinct: unstable is stable here.
+    keys.sort_unstable();
+    keys.into_iter()
+        .map(|(_, _, index)| entries[index as usize])
+        .collect()
 }
 
 fn cluster_scoped<T>(
@@ -864,6 +891,45 @@ impl<K: std::hash::Hash + Eq + Clone, T, S: std::hash::BuildHasher> MapLike<K, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sort on copied keys gives what sorting by `age_key` gives, with
+    /// times shared, missing, and in and against the ids' order.
+    #[test]
+    fn ingresses_oldest_first_is_the_age_key_order() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..50 {
+            let mut ingresses = BTreeMap::new();
+            for _ in 0..(1 + next(300)) {
+                let id = NsName::new(format!("ns{}", next(20)), format!("i{}", next(50)));
+                let mut ingress = Ingress::default();
+                // A few distinct times, so that many tie; a fifth without.
+                if next(5) != 0 {
+                    let at = k8s_openapi::jiff::Timestamp::from_second(next(8) as i64).unwrap();
+                    ingress.metadata.creation_timestamp = Some(Time(at));
+                }
+                let origin = Origin {
+                    file: Arc::from(Path::new("x.yaml")),
+                    document: 0,
+                };
+                ingresses.insert(id, stored(ingress, origin));
+            }
+            let mut by_age_key: Vec<(&NsName, &Stored<Ingress>)> = ingresses.iter().collect();
+            by_age_key.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+            let want: Vec<&NsName> = by_age_key.iter().map(|(id, _)| *id).collect();
+            let got: Vec<&NsName> = ingresses_oldest_first(&ingresses)
+                .iter()
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(got, want, "round {round}");
+        }
+    }
 
     #[test]
     fn a_borrowed_name_finds_the_owned_key() {

@@ -440,7 +440,8 @@ fn admit_pass(
         }
     }
     claimants.retain(|c| by_namespace.contains_key(&c.id.namespace));
-    claimants.sort_by(|a, b| a.age().cmp(&b.age()));
+    // Keyed once each: the key copies the time out of the object.
+    claimants.sort_by_cached_key(|c| c.age());
     for c in claimants {
         let tenant = by_namespace[&c.id.namespace];
         let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
@@ -686,15 +687,8 @@ impl<'s> Claimant<'s> {
 
     /// Oldest first by `creationTimestamp`, objects without one after,
     /// then by namespace/name and kind (as [`crate::store::age_key`]).
-    fn age(
-        &self,
-    ) -> (
-        bool,
-        Option<&'s k8s_openapi::jiff::Timestamp>,
-        &'s NsName,
-        Kind,
-    ) {
-        let created = self.object.creation_timestamp().map(|t| &t.0);
+    fn age(&self) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &'s NsName, Kind) {
+        let created = self.object.creation_timestamp().map(|t| t.0);
         (created.is_none(), created, self.id, self.kind)
     }
 }

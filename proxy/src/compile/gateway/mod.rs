@@ -193,14 +193,15 @@ pub struct GatewayCompile<'s> {
 }
 
 /// The order of claimants: `creationTimestamp`, those without one after,
-/// then namespace/name (as `teapot_model::store::age_key`).
-pub type AgeKey<'s> = (bool, Option<&'s Timestamp>, &'s NsName);
+/// then namespace/name (as `teapot_model::store::age_key`, the time copied
+/// so that a sort's comparisons do not read the objects).
+pub type AgeKey<'s> = (bool, Option<Timestamp>, &'s NsName);
 
 fn age<'s>(
-    meta: &'s k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     id: &'s NsName,
 ) -> AgeKey<'s> {
-    let created = meta.creation_timestamp.as_ref().map(|t| &t.0);
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
     (created.is_none(), created, id)
 }
 

@@ -28,7 +28,9 @@ use k8s_openapi::api::networking::v1::{
 };
 use teapot_api::names::{CONTROLLER_NAME, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS};
 use teapot_api::{HostPattern, PathKind, hostname};
-use teapot_model::store::{FastHashMap, NsName, NsRef, Store, Stored, age_key};
+use teapot_model::store::{
+    FastHashMap, NsName, NsRef, Store, Stored, age_key, ingresses_oldest_first,
+};
 
 use crate::compile::acme;
 use crate::compile::backends::Resolver;
@@ -90,8 +92,7 @@ where
     let no_status = Arc::new(IngressStatus::default());
     let gateway_routes = !gateway.is_empty();
     let mut acme_candidates = Vec::new();
-    let mut ordered: Vec<(&NsName, &Stored<Ingress>)> = store.ingresses.iter().collect();
-    ordered.sort_by(|a, b| age_key(a.1, a.0).cmp(&age_key(b.1, b.0)));
+    let ordered: Vec<(&NsName, &Stored<Ingress>)> = ingresses_oldest_first(&store.ingresses);
 
     let mut default_holder: Option<&NsName> = None;
     let mut www_twins: Vec<WwwTwin> = Vec::new();
