@@ -168,6 +168,20 @@ def wait_served(http, host, want, deadline):
     return False
 
 
+def probe_served(http, host, want, t, limit, lat, lock):
+    """A thread probing until `host` answers `want`; the time since `t`
+    goes into `lat` (infinite when not within `limit` seconds)."""
+
+    def wait():
+        ok = wait_served(http, host, want, t + limit)
+        with lock:
+            lat.append(time.monotonic() - t if ok else float("inf"))
+
+    th = threading.Thread(target=wait, daemon=True)
+    th.start()
+    return th
+
+
 def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
     d = tempfile.mkdtemp(prefix="ep-churn-")
     manifests = os.path.join(d, "m")
@@ -273,15 +287,7 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
                 targets[j] = want
                 t = time.monotonic()
                 write_slices(manifests, k, [ports[x] for x in targets])
-
-                def wait(host=host, want=want, t=t):
-                    ok = wait_served(http, host, want.encode(), t + 30)
-                    with lock:
-                        lat.append(time.monotonic() - t if ok else float("inf"))
-
-                th = threading.Thread(target=wait, daemon=True)
-                th.start()
-                waiters.append(th)
+                waiters.append(probe_served(http, host, want.encode(), t, 30, lat, lock))
                 i += 1
                 next_at = start + i * interval
                 time.sleep(max(0.0, next_at - time.monotonic()))
@@ -367,15 +373,7 @@ def route_stream(http, manifests, d, log, pid, namespaces, rate, seconds):
             t = time.monotonic()
             write_routes(manifests, k, moved=host)
             if probed:
-
-                def wait(host=host, t=t):
-                    ok = wait_served(http, host, (b"a", b"b"), t + 60)
-                    with lock:
-                        lat.append(time.monotonic() - t if ok else float("inf"))
-
-                th = threading.Thread(target=wait, daemon=True)
-                th.start()
-                waiters.append(th)
+                waiters.append(probe_served(http, host, (b"a", b"b"), t, 60, lat, lock))
             i += 1
             time.sleep(max(0.0, start + i / rate - time.monotonic()))
         elapsed = time.monotonic() - start
