@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 /// Safety-net poll interval.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-use crate::kube::MAX_COALESCE;
+use crate::kube::burst_ends;
 pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
 
 /// Runs `reload` on the blocking pool whenever `dir` changes, until
@@ -160,18 +160,12 @@ pub async fn watch_dir_named(
                 loop {
                     let whole = burst.whole();
                     let prompt = whole && prompt(&burst.paths.keys().cloned().collect::<Vec<_>>());
+                    // A file still being written waits for the writer's
+                    // pauses to pass; whole files only for the rest of
+                    // their burst.
+                    let quiet = if whole { PROMPT_QUIET } else { QUIET_PERIOD };
                     let now = tokio::time::Instant::now();
-                    let until = if prompt {
-                        (started + PROMPT_MAX).min(now + PROMPT_QUIET)
-                    } else {
-                        // A file still being written waits for the
-                        // writer's pauses to pass; whole files only for
-                        // the rest of their burst. Either compiles, so
-                        // not before the pace allows.
-                        let quiet = if whole { PROMPT_QUIET } else { QUIET_PERIOD };
-                        let settled = (started + MAX_COALESCE).min(now + quiet);
-                        settled.max(pace.not_before())
-                    };
+                    let until = burst_ends(started, now, prompt, quiet, Some(&pace));
                     match tokio::time::timeout_at(until, rx.recv()).await {
                         Ok(Some(event)) => burst.add(event),
                         _ => break,

@@ -495,6 +495,27 @@ impl Pace {
     }
 }
 
+/// When a burst that began at `first` ends unless another change comes
+/// first, asked at `now`: applied in place (`prompt`), [`PROMPT_QUIET`]
+/// after the last change and at most [`PROMPT_MAX`] after the first,
+/// whatever the pace (nothing is compiled); otherwise `quiet` after the
+/// last and at most [`MAX_COALESCE`] after the first, and not before
+/// `pace` allows a compile. The one rule of the directory watcher and the
+/// kube source.
+pub fn burst_ends(
+    first: tokio::time::Instant,
+    now: tokio::time::Instant,
+    prompt: bool,
+    quiet: Duration,
+    pace: Option<&Pace>,
+) -> tokio::time::Instant {
+    if prompt {
+        return (first + PROMPT_MAX).min(now + PROMPT_QUIET);
+    }
+    let settled = (first + MAX_COALESCE).min(now + quiet);
+    pace.map_or(settled, |p| settled.max(p.not_before()))
+}
+
 /// Waits for a change, then until `quiet` passes without another (or
 /// [`MAX_COALESCE`] after the first): a burst of events becomes one
 /// wake-up. Returns false when the source is gone.
@@ -517,12 +538,7 @@ pub async fn coalesced_unless_prompt(
     let first = tokio::time::Instant::now();
     loop {
         let now = tokio::time::Instant::now();
-        let until = if prompt() {
-            (first + PROMPT_MAX).min(now + PROMPT_QUIET)
-        } else {
-            let settled = (first + MAX_COALESCE).min(now + quiet);
-            pace.map_or(settled, |p| settled.max(p.not_before()))
-        };
+        let until = burst_ends(first, now, prompt(), quiet, pace);
         if until <= now {
             return true;
         }
