@@ -161,6 +161,13 @@ pub fn expected_services(ingresses: usize) -> usize {
 /// A store of `ingresses` Ingresses of class `teapot`, their Services and
 /// EndpointSlices, and the `teapot` IngressClass.
 pub fn synthetic_store(ingresses: usize) -> Store {
+    shaped_store(ingresses, false)
+}
+
+/// The store of [`synthetic_store`]; `mirrored`: its Services as the agent
+/// mirrors a tenant's (no selector: their endpoints are the mirrored
+/// EndpointSlices).
+fn shaped_store(ingresses: usize, mirrored: bool) -> Store {
     let mut store = Store::default();
     store.insert(
         ObjectKey {
@@ -205,9 +212,9 @@ pub fn synthetic_store(ingresses: usize) -> Store {
             put(
                 Kind::Service,
                 name.clone(),
-                Object::Service(service(s, api)),
+                Object::Service(service(s, api, mirrored)),
             );
-            let slice = endpoint_slice(s, api);
+            let slice = endpoint_slice(s, api, mirrored);
             let slice_name = slice.metadata.name.clone().unwrap_or_default();
             put(
                 Kind::EndpointSlice,
@@ -224,6 +231,85 @@ pub fn synthetic_store(ingresses: usize) -> Store {
         );
     }
     store
+}
+
+/// The DOMAIN of [`tenant_store`]: every Ingress's exact hosts are then
+/// in its namespace's Tenant's own subtree (`*.tenant-<ns>.lb.example.com`).
+pub const TENANT_DOMAIN: &str = "example.com";
+
+/// [`synthetic_store`] as a shared fleet holds it: every namespace
+/// `tenant-<k>` owned by a Tenant (cluster `tenant-<k>`) whose
+/// `allowedDomains` grant its Ingresses' wildcard hosts and whose
+/// `nodeCIDRs` hold exactly its endpoints' addresses, so that every object
+/// passes the tenant check, which then judges them all on each load.
+/// Compile with [`tenant_compile_options`].
+pub fn tenant_store(ingresses: usize) -> Store {
+    let mut store = shaped_store(ingresses, true);
+    for k in 0..ingresses.div_ceil(INGRESSES_PER_NAMESPACE) {
+        let first = k * INGRESSES_PER_NAMESPACE;
+        let last = ingresses.min(first + INGRESSES_PER_NAMESPACE);
+        let cluster = Shape { i: first }.namespace();
+        let allowed_domains = (first..last)
+            .map(|i| Shape { i })
+            .filter(|s| s.has_wildcard())
+            .map(|s| format!("w{}.example.com", s.i))
+            .collect();
+        // Endpoint addresses are numbered by Service index (module
+        // `endpoint_slice`): one contiguous run per namespace.
+        let numbers = service_index(Shape { i: first }, false) * ENDPOINTS_PER_SERVICE
+            ..service_index(Shape { i: last - 1 }, true) * ENDPOINTS_PER_SERVICE
+                + ENDPOINTS_PER_SERVICE;
+        let tenant = teapot_api::Tenant {
+            metadata: meta("", cluster.clone(), &[], 0),
+            spec: teapot_api::tenant::TenantSpec {
+                cluster: cluster.clone(),
+                namespace: Some(cluster.clone()),
+                allowed_domains,
+                node_cidrs: cidrs_of(10, numbers),
+                ..Default::default()
+            },
+            status: None,
+        };
+        store.insert(
+            ObjectKey {
+                kind: Kind::Tenant,
+                namespace: String::new(),
+                name: cluster,
+            },
+            Object::Tenant(tenant),
+            Origin {
+                file: Arc::from(Path::new("synthetic/tenants.yaml")),
+                document: k,
+            },
+        );
+    }
+    store
+}
+
+/// [`compile_options`] with [`TENANT_DOMAIN`], for [`tenant_store`].
+pub fn tenant_compile_options() -> CompileOptions {
+    CompileOptions {
+        domain: TENANT_DOMAIN.to_string(),
+        ..compile_options()
+    }
+}
+
+/// The fewest CIDRs covering exactly the addresses `ipv4(first, n)` for
+/// `n` in `numbers`.
+fn cidrs_of(first: u8, numbers: std::ops::Range<usize>) -> Vec<String> {
+    let mut cidrs = Vec::new();
+    let mut n = numbers.start;
+    while n < numbers.end {
+        // The largest aligned block starting at `n` that stays inside.
+        let mut bits = 0;
+        while bits < 24 && n.is_multiple_of(1 << (bits + 1)) && n + (1 << (bits + 1)) <= numbers.end
+        {
+            bits += 1;
+        }
+        cidrs.push(format!("{}/{}", ipv4(first, n), 32 - bits));
+        n += 1 << bits;
+    }
+    cidrs
 }
 
 /// The store of [`synthetic_store`] with each Ingress replaced by the
@@ -442,7 +528,7 @@ fn service_index(s: Shape, api: bool) -> usize {
     2 * s.i + usize::from(api)
 }
 
-fn service(s: Shape, api: bool) -> Service {
+fn service(s: Shape, api: bool, mirrored: bool) -> Service {
     let namespace = s.namespace();
     let name = s.service_name(api);
     let ip = ipv4(172, service_index(s, api));
@@ -457,10 +543,8 @@ fn service(s: Shape, api: bool) -> Service {
             type_: Some("ClusterIP".into()),
             cluster_ip: Some(ip.clone()),
             cluster_ips: Some(vec![ip]),
-            selector: Some(BTreeMap::from([(
-                "app.kubernetes.io/name".to_string(),
-                name,
-            )])),
+            selector: (!mirrored)
+                .then(|| BTreeMap::from([("app.kubernetes.io/name".to_string(), name)])),
             ports: Some(
                 ports(api)
                     .iter()
@@ -479,7 +563,7 @@ fn service(s: Shape, api: bool) -> Service {
     }
 }
 
-fn endpoint_slice(s: Shape, api: bool) -> EndpointSlice {
+fn endpoint_slice(s: Shape, api: bool, mirrored: bool) -> EndpointSlice {
     let namespace = s.namespace();
     let service = s.service_name(api);
     let index = service_index(s, api);
@@ -510,7 +594,10 @@ fn endpoint_slice(s: Shape, api: bool) -> EndpointSlice {
                 (SERVICE_NAME_LABEL, &service),
                 (
                     "endpointslice.kubernetes.io/managed-by",
-                    "endpointslice-controller.k8s.io",
+                    match mirrored {
+                        true => teapot_api::admission::MANAGED_BY_SYNC,
+                        false => "endpointslice-controller.k8s.io",
+                    },
                 ),
             ],
             s.i as i64,

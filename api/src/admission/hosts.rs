@@ -76,8 +76,19 @@ pub struct Holdings {
     grants: HashMap<String, Vec<Holder>>,
     /// Granted domains by parent: what a wildcard on the parent covers.
     grants_by_parent: HashMap<String, Vec<Holder>>,
-    /// Tenants' node networks.
-    networks: Vec<(IpNet, String)>,
+    /// Tenants' node networks, by prefix length: an address is looked up
+    /// once per length in use (a handful), not against every network of
+    /// every tenant (each endpoint of each slice asks).
+    networks: Vec<NetworksOfLength>,
+}
+
+/// The node networks of one address family and prefix length, by their
+/// network address, with the tenants holding each.
+#[derive(Clone, Debug)]
+struct NetworksOfLength {
+    v6: bool,
+    len: u8,
+    holders: HashMap<IpNet, Vec<String>>,
 }
 
 fn add(map: &mut HashMap<String, Vec<Holder>>, key: &str, holder: &Holder) {
@@ -159,7 +170,29 @@ impl Holdings {
 
     /// Records a tenant's node network.
     pub fn insert_network(&mut self, cluster: &str, network: IpNet) {
-        self.networks.push((network, cluster.to_string()));
+        let (v6, len) = (matches!(network, IpNet::V6(_)), network.prefix_len());
+        let at = match self
+            .networks
+            .iter()
+            .position(|n| n.v6 == v6 && n.len == len)
+        {
+            Some(at) => at,
+            None => {
+                self.networks.push(NetworksOfLength {
+                    v6,
+                    len,
+                    holders: HashMap::new(),
+                });
+                self.networks.len() - 1
+            }
+        };
+        let holders = self.networks[at]
+            .holders
+            .entry(network.trunc())
+            .or_default();
+        if !holders.iter().any(|c| c == cluster) {
+            holders.push(cluster.to_string());
+        }
     }
 
     /// Every Tenant's grants and networks, and the hosts of every Ingress
@@ -292,8 +325,12 @@ impl Holdings {
     pub fn network_holder(&self, ip: IpAddr, cluster: &str) -> Option<&str> {
         self.networks
             .iter()
-            .find(|(net, c)| c != cluster && net.contains(&ip))
-            .map(|(_, c)| c.as_str())
+            .filter(|n| n.v6 == ip.is_ipv6())
+            .find_map(|n| {
+                let net = IpNet::new(ip, n.len).ok()?.trunc();
+                n.holders.get(&net)?.iter().find(|c| *c != cluster)
+            })
+            .map(String::as_str)
     }
 }
 
@@ -393,6 +430,52 @@ mod tests {
 
     fn p(s: &str) -> HostPattern {
         HostPattern::parse(s).unwrap()
+    }
+
+    /// Node networks of every length, nested and of both families, looked
+    /// up by length: the same answer as a walk over every network.
+    #[test]
+    fn a_network_holder_is_found_by_prefix_length() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut roll = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut holdings = Holdings::default();
+        let mut all: Vec<(IpNet, String)> = Vec::new();
+        for _ in 0..300 {
+            let cluster = ["a", "b", "c"][roll(3) as usize].to_string();
+            let net: IpNet = match roll(3) {
+                0 => format!("fd00::{:x}/{}", roll(64), 120 + roll(9)),
+                _ => format!("10.{}.{}.0/{}", roll(4), roll(8), 16 + roll(17)),
+            }
+            .parse()
+            .unwrap();
+            holdings.insert_network(&cluster, net);
+            all.push((net, cluster));
+        }
+        let (mut held, mut free) = (0, 0);
+        for _ in 0..20_000 {
+            let ip: IpAddr = match roll(3) {
+                0 => format!("fd00::{:x}", roll(512)),
+                _ => format!("10.{}.{}.{}", roll(4), roll(8), roll(256)),
+            }
+            .parse()
+            .unwrap();
+            let cluster = ["a", "b", "c"][roll(3) as usize];
+            let walked = all.iter().any(|(n, c)| c != cluster && n.contains(&ip));
+            let found = holdings.network_holder(ip, cluster);
+            assert_eq!(found.is_some(), walked, "{ip} for {cluster}");
+            assert!(found.is_none_or(|c| c != cluster));
+            if walked {
+                held += 1;
+            } else {
+                free += 1;
+            }
+        }
+        assert!(held > 1000 && free > 1000, "{held} held, {free} free");
     }
 
     #[test]

@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 use teapot_benches::stats::median;
 use teapot_benches::{
     PackedRequests, RequestClass, compile_options, compile_store, expected_hosts, expected_routes,
-    gateway_expectation, samples, synthetic_gateway_store, synthetic_store,
+    gateway_expectation, samples, synthetic_gateway_store, synthetic_store, tenant_compile_options,
+    tenant_store,
 };
-use teapot_model::store::NsName;
+use teapot_model::store::{Kind, NsName, Object, ObjectKey, Store};
+use teapot_model::tenancy::{TenantVerdicts, admit_cached};
 use teapot_proxy::compile::parts::CompiledParts;
 use teapot_proxy::compile::{ALLOCATOR_ENV, compile_incremental};
 use teapot_proxy::live::endpoints::EndpointRegistry;
@@ -78,6 +80,12 @@ struct Args {
     /// route-table-report --profile-route-change 100000`).
     #[arg(long, value_name = "INGRESSES", conflicts_with_all = ["child", "profile_compile"])]
     profile_route_change: Option<usize>,
+    /// With `--profile-route-change`: every namespace owned by a Tenant
+    /// (`teapot_benches::tenant_store`), as in a shared fleet, and the
+    /// tenant check run before each compile as the reload runs it, timed
+    /// apart.
+    #[arg(long, requires = "profile_route_change")]
+    tenants: bool,
     /// Internal: measure one size and print it as JSON on stdout.
     #[arg(long, hide = true, value_name = "INGRESSES")]
     child: Option<usize>,
@@ -159,7 +167,7 @@ fn main() -> anyhow::Result<()> {
         return profile_compile(n, args.runs, args.kind);
     }
     if let Some(n) = args.profile_route_change {
-        return profile_route_change(n, args.runs);
+        return profile_route_change(n, args.runs, args.tenants);
     }
     let release = !cfg!(debug_assertions);
     if !release {
@@ -217,15 +225,52 @@ fn profile_compile(n: usize, runs: usize, kind: RouteKind) -> anyhow::Result<()>
     Ok(())
 }
 
-fn profile_route_change(n: usize, runs: usize) -> anyhow::Result<()> {
-    let mut store = synthetic_store(n);
+fn profile_route_change(n: usize, runs: usize, tenants: bool) -> anyhow::Result<()> {
+    let (mut store, options) = match tenants {
+        true => (tenant_store(n), tenant_compile_options()),
+        false => (synthetic_store(n), compile_options()),
+    };
     let registry = EndpointRegistry::default();
-    let options = compile_options();
+    let mut verdicts = TenantVerdicts::default();
+    // The tenant check as the reload runs it: what it refuses leaves the
+    // store, so the world must pass it whole for the compile to be the
+    // same one.
+    let mut admit = |store: &mut Store,
+                     previous: &Store,
+                     changed: Option<&[ObjectKey]>|
+     -> anyhow::Result<f64> {
+        let started = Instant::now();
+        let mut problems = Vec::new();
+        let refused = admit_cached(
+            store,
+            &mut problems,
+            previous,
+            &options.domain,
+            &options.lb_networks,
+            &mut verdicts,
+            changed,
+        );
+        let took = ms(started.elapsed());
+        ensure!(
+            refused.is_empty() && problems.is_empty(),
+            "the tenant check refused {} objects: {:?}",
+            refused.len(),
+            problems.first().map(|p| &p.message)
+        );
+        Ok(took)
+    };
+    let rss_before = rss_mib();
+    let first_admit = admit(&mut store, &Store::default(), None)?;
+    // What the tenant check keeps (its verdicts) and what the allocator
+    // kept of its work: an upper bound on the verdicts' memory.
+    let admit_mib = rss_mib()
+        .zip(rss_before)
+        .map(|(after, before)| after - before);
     let mut parts = CompiledParts::default();
     let mut live = compile_incremental(&store, Vec::new(), 1, &options, &registry, &mut parts);
     let ids: Vec<NsName> = store.ingresses.keys().cloned().collect();
     ensure!(!ids.is_empty(), "no Ingress to change");
-    let (mut changes, mut compiles) = (Vec::new(), Vec::new());
+    let (mut changes, mut admits, mut compiles) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         // One path of one Ingress, in a namespace spread over the store,
         // changed in the store in place as the reload changes it.
@@ -242,8 +287,24 @@ fn profile_route_change(n: usize, runs: usize) -> anyhow::Result<()> {
             .and_then(|h| h.paths.first_mut())
             .context("the Ingress's first path")?;
         path.path = Some(format!("/changed-{run}"));
-        stored.object = Arc::new(ingress);
+        let mut previous = Store::default();
+        let key = ObjectKey {
+            kind: Kind::Ingress,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        };
+        let before = std::mem::replace(&mut stored.object, Arc::new(ingress));
+        previous.insert(
+            key.clone(),
+            Object::Ingress((*before).clone()),
+            stored.origin.clone(),
+        );
         changes.push(ms(started.elapsed()));
+        if tenants {
+            // The key the load names, as a load by name or the kube
+            // source's changes name it.
+            admits.push(admit(&mut store, &previous, Some(&[key]))?);
+        }
         let started = Instant::now();
         let snapshot = compile_incremental(
             &store,
@@ -257,6 +318,14 @@ fn profile_route_change(n: usize, runs: usize) -> anyhow::Result<()> {
         drop(std::mem::replace(&mut live, snapshot));
     }
     drop(live);
+    if tenants {
+        println!(
+            "the tenant check: {} on the first load (RSS +{:.0} MiB), median {} after a change",
+            fmt_ms(first_admit),
+            admit_mib.unwrap_or(f64::NAN),
+            fmt_ms(median(admits.iter().copied())),
+        );
+    }
     println!(
         "changed one of {n} Ingresses {runs} times: the change in the store median {}, compile median {}; \
          the last compile handed on {} of {} namespaces' parts whole",

@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 use teapot_model::manifests::{FileCache, load_dir_cached};
-use teapot_model::tenancy::{SliceVerdicts, admit_cached};
+use teapot_model::tenancy::{TenantVerdicts, admit_cached};
 use teapot_proxy::compile::compile_incremental;
 use teapot_proxy::compile::parts::CompiledParts;
 use teapot_proxy::live::endpoints::EndpointRegistry;
@@ -78,7 +78,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     let started = Instant::now();
-    let mut verdicts = SliceVerdicts::default();
+    let mut verdicts = TenantVerdicts::default();
     admit_cached(
         &mut loaded.store,
         &mut loaded.problems,
@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         "localhost",
         &[],
         &mut verdicts,
+        None,
     );
     files.settle(&loaded.problems);
     steps.step("tenant check", started);

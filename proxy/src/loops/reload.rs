@@ -127,8 +127,8 @@ struct ReloadState {
     /// unparsed while they stay unchanged; in either mode, the objects
     /// the last load's problems name (settled after every load).
     files: FileCache,
-    /// The tenant policy's verdicts on unchanged EndpointSlices.
-    verdicts: teapot_model::tenancy::SliceVerdicts,
+    /// The tenant check's verdicts, kept so that a load judges what changed.
+    verdicts: teapot_model::tenancy::TenantVerdicts,
     generation: u64,
     problems: HashSet<String>,
     /// `Some`: `store` is the kube source's store as the last load left it
@@ -368,7 +368,10 @@ impl Reloader {
         // load's. `state.store` always holds a store the file cache
         // describes, so a load or check that fails part way leaves the
         // next load nothing stale to build on.
-        let (mut problems, changed, previous) = match &self.source {
+        // `exact`: `changed` names every object that may differ from what
+        // the last tenant check left (a load by name, or the kube source's
+        // changes made in the store), so the check looks at those alone.
+        let (mut problems, changed, previous, exact) = match &self.source {
             Source::Dir(dir) => {
                 // Only the watcher's start reads it; later loads follow
                 // the watcher's own fingerprints.
@@ -384,8 +387,8 @@ impl Reloader {
                         &mut state.files,
                     )
                 });
-                let (problems, previous) = match by_name {
-                    Some(Ok(before)) => (Vec::new(), before),
+                let (problems, previous, exact) = match by_name {
+                    Some(Ok(before)) => (Vec::new(), before, true),
                     by_name => {
                         if let Some(Err(why)) = by_name {
                             tracing::debug!(why, "the files named need a whole load");
@@ -398,10 +401,11 @@ impl Reloader {
                         // as loaded; benches/route-table.md, "A route
                         // change changes the store in place").
                         let previous = std::mem::replace(&mut state.store, loaded.store.clone());
-                        (loaded.problems, previous)
+                        (loaded.problems, previous, false)
                     }
                 };
-                (problems, state.files.changed().map(<[_]>::to_vec), previous)
+                let changed = state.files.changed().map(<[_]>::to_vec);
+                (problems, changed, previous, exact)
             }
             // Before every watch has listed, the store is a partial
             // picture: serving it would drop routes that do exist.
@@ -409,12 +413,14 @@ impl Reloader {
             Source::Kube(kube) if state.diverged.is_some() => {
                 let diverged = state.diverged.take().unwrap_or_default();
                 let (before, changed, problems) = kube.changes_into(&mut state.store, &diverged);
-                (problems, Some(changed), before)
+                (problems, Some(changed), before, true)
             }
             Source::Kube(kube) => {
                 let (loaded, changed) = kube.snapshot_changes();
+                // The whole source's store: changes taken in place but not
+                // served may be in it unnamed.
                 let previous = std::mem::replace(&mut state.store, loaded.store);
-                (loaded.problems, Some(changed), previous)
+                (loaded.problems, Some(changed), previous, false)
             }
         };
         let state = &mut *state;
@@ -429,6 +435,7 @@ impl Reloader {
             &self.options.domain,
             &self.options.lb_networks,
             &mut state.verdicts,
+            changed.as_deref().filter(|_| exact),
         );
         let admit_ms = started.elapsed().as_secs_f64() * 1e3 - load_ms;
         if matches!(self.source, Source::Kube(_)) {
@@ -507,7 +514,8 @@ impl Reloader {
             reload_cpu_ms = thread_cpu_ns().saturating_sub(cpu_started) as f64 / 1e6,
             files_taken_over = state.files.taken_over(),
             loads_by_name = state.files.loads_by_name(),
-            slice_verdicts_reused = state.verdicts.reused(),
+            tenant_verdicts_reused = state.verdicts.reused(),
+            tenant_objects_judged = state.verdicts.judged(),
             namespaces_reused = state.parts.reused_namespaces(),
             namespaces_handed_on = state.parts.carried_namespaces(),
             "snapshot swapped in"

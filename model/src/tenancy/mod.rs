@@ -7,6 +7,12 @@
 //! there). Host conflicts between tenants are not judged here: the compile
 //! gives a contested host to the oldest Ingress.
 
+#[cfg(test)]
+mod reference;
+mod verdicts;
+
+pub use verdicts::TenantVerdicts;
+
 use std::collections::HashMap;
 
 use crate::store::FastHashMap;
@@ -14,15 +20,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use k8s_openapi::api::networking::v1::Ingress;
 use teapot_api::admission::{
-    self, AdmissionContext, Holder, Holdings, HostScope, TenantObjectRef, Violation,
+    self, AdmissionContext, Holdings, HostScope, TenantObjectRef, Violation,
 };
 use teapot_api::regex::RegexCost;
 use teapot_api::{HostPattern, Tenant};
 
 use crate::manifests::{Loaded, Problem};
-use crate::store::{Kind, NsName, ObjectKey, Origin, SliceChange, Store};
+use crate::store::{Kind, NsName, ObjectKey, SliceChange, Store};
 
 /// One Tenant as the compile sees it.
 #[derive(Debug)]
@@ -102,16 +107,23 @@ pub fn admit(loaded: &mut Loaded, previous: &Store, domain: &str, lb_networks: &
         previous,
         domain,
         lb_networks,
-        &mut SliceVerdicts::default(),
+        &mut TenantVerdicts::default(),
+        None,
     );
 }
 
-/// [`admit`] of a loaded `store` whose problems are `problems`, taking the
-/// verdicts on EndpointSlices that did not change from `verdicts` (the
-/// bulk of a large store: re-judging each one on every reload re-built
-/// every endpoint's typed form). Returns the objects it refused: where
-/// `store` no longer holds what was loaded (the object is gone, or its
-/// previous version is back).
+/// [`admit`] of a loaded `store` whose problems are `problems`, by
+/// difference from the last admission `verdicts` remembers: an object the
+/// same as then keeps its verdict, unless it claims hosts and a claim it
+/// overlaps changed (module `verdicts` has the rule). Returns the objects
+/// it refused: where `store` no longer holds what was loaded (the object
+/// is gone, or its previous version is back).
+///
+/// `changed`, when known, names every key at which `store` may differ
+/// from what the last admission with `verdicts` left (objects applied or
+/// removed since, as [`crate::store::Store::retain_from`] copies them:
+/// every other object the same `Arc`): only those, and the objects it
+/// refused, are looked at. `None` walks every object.
 ///
 /// `previous` needs to hold the previous versions of the objects the load
 /// changed, no more ([`crate::manifests::load_named`] returns just those):
@@ -124,9 +136,11 @@ pub fn admit_cached(
     previous: &Store,
     domain: &str,
     lb_networks: &[IpNet],
-    verdicts: &mut SliceVerdicts,
+    verdicts: &mut TenantVerdicts,
+    changed: Option<&[ObjectKey]>,
 ) -> Vec<ObjectKey> {
-    verdicts.begin(store, domain, lb_networks);
+    let stands = verdicts.begin(store, domain, lb_networks);
+    let changed = changed.filter(|_| stands);
     let mut refused = Vec::new();
     // A previous version put back must pass too (a Tenant's nodeCIDRs or
     // another tenant's claims may have changed since): a second pass
@@ -135,21 +149,30 @@ pub fn admit_cached(
                 problems: &mut Vec<Problem>,
                 previous,
                 refused: &mut Vec<ObjectKey>,
-                verdicts: &mut SliceVerdicts| {
-        admit_pass(
+                verdicts: &mut TenantVerdicts,
+                changed| {
+        verdicts::admit_pass(
             store,
             problems,
             previous,
             domain,
             lb_networks,
             verdicts,
+            changed,
             refused,
         )
     };
-    if pass(store, problems, Some(previous), &mut refused, verdicts) {
-        pass(store, problems, None, &mut refused, verdicts);
+    // The second pass's store is the first's but where it refused.
+    if pass(
+        store,
+        problems,
+        Some(previous),
+        &mut refused,
+        verdicts,
+        changed,
+    ) {
+        pass(store, problems, None, &mut refused, verdicts, Some(&[]));
     }
-    verdicts.end();
     refused.sort_unstable();
     refused.dedup();
     refused
@@ -168,9 +191,9 @@ pub fn admit_slice_changes(
     changes: &[SliceChange],
     domain: &str,
     lb_networks: &[IpNet],
-    verdicts: &mut SliceVerdicts,
+    verdicts: &mut TenantVerdicts,
 ) -> Result<(), &'static str> {
-    if verdicts.context.is_none() {
+    if !verdicts.has_context() {
         return Err("no admission to build on yet");
     }
     let touched: std::collections::HashSet<&str> =
@@ -188,20 +211,15 @@ pub fn admit_slice_changes(
     // may not point into another tenant's nodes); hosts play no part.
     let holdings = Holdings::from_objects(tenants.iter().copied(), std::iter::empty());
     let mut weights: HashMap<&str, Weight> = HashMap::new();
-    let mut judged: Vec<(&NsName, Option<Verdict>)> = Vec::with_capacity(changes.len());
+    let mut judged: Vec<(&NsName, Option<&Arc<crate::endpoints::CompactSlice>>)> =
+        Vec::with_capacity(changes.len());
     for change in changes {
         let Some(tenant) = by_namespace.get(&change.id.namespace) else {
             continue;
         };
         let weight = weights
             .entry(change.id.namespace.as_str())
-            .or_insert_with(|| {
-                verdicts
-                    .weights
-                    .get(&change.id.namespace)
-                    .copied()
-                    .unwrap_or_default()
-            });
+            .or_insert_with(|| verdicts.weight(&change.id.namespace));
         if weight.over {
             return Err("the tenant's objects were past maxTotalBytes");
         }
@@ -226,45 +244,21 @@ pub fn admit_slice_changes(
         if weight.bytes > max {
             return Err("the tenant's objects would be past maxTotalBytes");
         }
-        judged.push((
-            &change.id,
-            Some(Verdict {
-                slice: stored.object.clone(),
-                violations,
-            }),
-        ));
+        judged.push((&change.id, Some(&stored.object)));
+    }
+    for (id, slice) in judged {
+        verdicts.set_slice(id, slice);
     }
     for (namespace, weight) in weights {
-        verdicts.weights.insert(namespace.to_string(), weight);
-    }
-    for (id, verdict) in judged {
-        match verdict {
-            Some(v) => verdicts.kept.insert(id.clone(), v),
-            None => verdicts.kept.remove(id),
-        };
+        verdicts.set_weight(namespace, weight);
     }
     Ok(())
 }
 
-/// The tenant policy's verdicts on EndpointSlices, kept from one load to
-/// the next. A slice's verdict depends on the slice, on every Tenant (its
-/// own for nodeCIDRs and limits, the others' nodeCIDRs, which its
-/// endpoints may not point into), on DOMAIN and on the LB networks; so a
-/// verdict is reused for the very same slice (`Arc`) while no Tenant's name
-/// or spec, DOMAIN and LB networks changed, and all are dropped otherwise.
-#[derive(Debug, Default)]
-pub struct SliceVerdicts {
-    context: Option<VerdictContext>,
-    kept: FastHashMap<NsName, Verdict>,
-    next: FastHashMap<NsName, Verdict>,
-    reused: usize,
-    /// What each tenant namespace's admitted objects weighed in the last
-    /// admission ([`over_total`]): an EndpointSlice change alone is judged
-    /// against it ([`admit_slice_changes`]) without the whole store.
-    weights: HashMap<String, Weight>,
-}
-
-/// A tenant namespace's admitted objects against `maxTotalBytes`.
+/// What a tenant namespace's admitted objects weighed against
+/// `maxTotalBytes` in the last admission ([`over_total`]): an
+/// EndpointSlice change alone is judged against it
+/// ([`admit_slice_changes`]) without the whole store.
 #[derive(Clone, Copy, Debug, Default)]
 struct Weight {
     bytes: u64,
@@ -274,426 +268,6 @@ struct Weight {
     over: bool,
 }
 
-#[derive(Debug, PartialEq)]
-struct VerdictContext {
-    tenants: Vec<(Option<String>, teapot_api::tenant::TenantSpec)>,
-    domain: String,
-    lb_networks: Vec<IpNet>,
-}
-
-#[derive(Clone, Debug)]
-struct Verdict {
-    slice: Arc<crate::endpoints::CompactSlice>,
-    violations: Vec<Violation>,
-}
-
-impl SliceVerdicts {
-    fn begin(&mut self, store: &Store, domain: &str, lb_networks: &[IpNet]) {
-        let context = VerdictContext {
-            tenants: store
-                .tenants
-                .values()
-                .map(|t| (t.object.metadata.name.clone(), t.object.spec.clone()))
-                .collect(),
-            domain: domain.to_string(),
-            lb_networks: lb_networks.to_vec(),
-        };
-        if self.context.as_ref() != Some(&context) {
-            self.kept.clear();
-            self.context = Some(context);
-        }
-        self.next.clear();
-        self.weights.clear();
-        self.reused = 0;
-    }
-
-    fn end(&mut self) {
-        self.kept = std::mem::take(&mut self.next);
-    }
-
-    /// The violations of `slice`, judged by `judge` unless known.
-    fn get_or_judge(
-        &mut self,
-        id: &NsName,
-        slice: &Arc<crate::endpoints::CompactSlice>,
-        judge: impl FnOnce() -> Vec<Violation>,
-    ) -> Vec<Violation> {
-        let known = self
-            .next
-            .get(id)
-            .or_else(|| self.kept.get(id))
-            .filter(|v| Arc::ptr_eq(&v.slice, slice));
-        let verdict = match known {
-            Some(v) => {
-                self.reused += 1;
-                v.clone()
-            }
-            None => Verdict {
-                slice: slice.clone(),
-                violations: judge(),
-            },
-        };
-        let violations = verdict.violations.clone();
-        self.next.insert(id.clone(), verdict);
-        violations
-    }
-
-    /// Slices whose verdict the last admission took over.
-    pub fn reused(&self) -> usize {
-        self.reused
-    }
-}
-
-/// One pass; returns whether it put back any previous version.
-fn admit_pass(
-    loaded: &mut Store,
-    problems: &mut Vec<Problem>,
-    previous: Option<&Store>,
-    domain: &str,
-    lb_networks: &[IpNet],
-    verdicts: &mut SliceVerdicts,
-    refused_keys: &mut Vec<ObjectKey>,
-) -> bool {
-    if loaded.tenants.is_empty() {
-        return false;
-    }
-    let store = &*loaded;
-    let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
-    let by_namespace: HashMap<String, &Tenant> =
-        tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
-    let operator_ingresses: Vec<(String, Arc<Ingress>)> = store
-        .ingresses
-        .iter()
-        .filter(|(id, _)| !by_namespace.contains_key(&id.namespace))
-        .map(|(id, i)| (id.namespace.clone(), i.object.clone()))
-        .collect();
-    let mut holdings = Holdings::from_objects(
-        tenants.iter().map(|t| &**t),
-        operator_ingresses.iter().map(|(ns, i)| (ns.as_str(), &**i)),
-    );
-    let mut refused: Vec<(ObjectKey, Origin, Vec<Violation>)> = Vec::new();
-    let mut loaded_bytes: Vec<Weighed> = Vec::new();
-
-    // Objects that claim hosts, Ingresses and Gateway API ones together,
-    // oldest first: the first claimant holds a host across both APIs.
-    let mut claimants: Vec<Claimant<'_>> = Vec::new();
-    for (id, s) in &store.ingresses {
-        claimants.push(Claimant::new(
-            Kind::Ingress,
-            id,
-            &s.origin,
-            TenantObjectRef::Ingress(&s.object),
-        ));
-    }
-    for (id, s) in &store.gateways {
-        claimants.push(Claimant::new(
-            Kind::Gateway,
-            id,
-            &s.origin,
-            TenantObjectRef::Gateway(&s.object),
-        ));
-    }
-    for (id, s) in &store.listener_sets {
-        claimants.push(Claimant::new(
-            Kind::ListenerSet,
-            id,
-            &s.origin,
-            TenantObjectRef::ListenerSet(&s.object.set),
-        ));
-    }
-    for (id, s) in &store.http_routes {
-        claimants.push(Claimant::new(
-            Kind::HttpRoute,
-            id,
-            &s.origin,
-            TenantObjectRef::HttpRoute(&s.object),
-        ));
-    }
-    for (id, s) in &store.grpc_routes {
-        claimants.push(Claimant::new(
-            Kind::GrpcRoute,
-            id,
-            &s.origin,
-            TenantObjectRef::GrpcRoute(&s.object),
-        ));
-    }
-    for (id, s) in &store.tls_routes {
-        claimants.push(Claimant::new(
-            Kind::TlsRoute,
-            id,
-            &s.origin,
-            TenantObjectRef::TlsRoute(&s.object),
-        ));
-    }
-    // The operator's Gateway API hosts are held before any tenant's.
-    for c in claimants
-        .iter()
-        .filter(|c| !by_namespace.contains_key(&c.id.namespace))
-    {
-        if c.kind != Kind::Ingress {
-            let holder = Holder::Operator {
-                namespace: c.id.namespace.clone(),
-            };
-            for host in claimed_hosts(c.object) {
-                holdings.insert_gateway_host(holder.clone(), &host);
-            }
-        }
-    }
-    claimants.retain(|c| by_namespace.contains_key(&c.id.namespace));
-    // Keyed once each: the key copies the time out of the object.
-    claimants.sort_by_cached_key(|c| c.age());
-    for c in claimants {
-        let tenant = by_namespace[&c.id.namespace];
-        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
-        let size = admission::json_size(&c.object);
-        let violations = admission::check_typed_sized(&ctx, &c.id.namespace, c.object, size);
-        if !violations.is_empty() {
-            refused.push((key(c.kind, c.id), c.origin.clone(), violations));
-            continue;
-        }
-        let holder = Holder::Tenant(tenant.spec.cluster.clone());
-        if let TenantObjectRef::Ingress(ingress) = c.object {
-            let spec = ingress.spec.as_ref();
-            let rule_hosts = spec
-                .into_iter()
-                .flat_map(|s| s.rules.iter().flatten())
-                .filter_map(|r| r.host.as_deref());
-            let tls_hosts = spec
-                .into_iter()
-                .flat_map(|s| s.tls.iter().flatten())
-                .flat_map(|t| t.hosts.iter().flatten())
-                .map(String::as_str);
-            for host in rule_hosts.chain(tls_hosts) {
-                if let Ok(host) = HostPattern::parse(host) {
-                    holdings.insert(holder.clone(), &host);
-                }
-            }
-        } else {
-            for host in claimed_hosts(c.object) {
-                holdings.insert_gateway_host(holder.clone(), &host);
-            }
-            loaded_bytes.push(Weighed {
-                created: c.object.creation_timestamp().cloned(),
-                key: key(c.kind, c.id),
-                origin: c.origin.clone(),
-                size,
-                regex: admission::object_regex_cost(c.object),
-            });
-        }
-    }
-    // A GatewayClass is cluster-scoped and the operator's: one that names a
-    // tenant namespace was written as a tenant's.
-    for (name, s) in &store.gateway_classes {
-        if let Some(ns) = s.object.metadata.namespace.as_deref()
-            && by_namespace.contains_key(ns)
-        {
-            refused.push((
-                ObjectKey {
-                    kind: Kind::GatewayClass,
-                    namespace: String::new(),
-                    name: name.clone(),
-                },
-                s.origin.clone(),
-                vec![Violation::new(
-                    "kind",
-                    admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
-                )],
-            ));
-        }
-    }
-    let mut judge = |kind: Kind, id: &NsName, origin: &Origin, object: TenantObjectRef<'_>| {
-        let Some(tenant) = by_namespace.get(&id.namespace) else {
-            return;
-        };
-        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
-        let size = admission::json_size(&object);
-        let violations = admission::check_typed_sized(&ctx, &id.namespace, object, size);
-        if violations.is_empty() {
-            loaded_bytes.push(Weighed {
-                created: object.creation_timestamp().cloned(),
-                key: key(kind, id),
-                origin: origin.clone(),
-                size,
-                regex: RegexCost::default(),
-            });
-        } else {
-            refused.push((key(kind, id), origin.clone(), violations));
-        }
-    };
-    for (id, s) in &store.services {
-        if !by_namespace.contains_key(&id.namespace) {
-            continue;
-        }
-        // The compact form keeps every field (crate::service): the rules
-        // judge, and the quota weighs, the Service as written.
-        let typed = s.object.to_typed();
-        judge(
-            Kind::Service,
-            id,
-            &s.origin,
-            TenantObjectRef::Service(&typed),
-        );
-    }
-    for (id, s) in &store.secrets {
-        judge(
-            Kind::Secret,
-            id,
-            &s.origin,
-            TenantObjectRef::Secret(&s.object.source),
-        );
-    }
-    for (id, s) in &store.ca_secrets {
-        judge(
-            Kind::Secret,
-            id,
-            &s.origin,
-            TenantObjectRef::Secret(&s.object),
-        );
-    }
-    for (id, s) in &store.tcp_routes {
-        judge(
-            Kind::TcpRoute,
-            id,
-            &s.origin,
-            TenantObjectRef::TcpRoute(&s.object),
-        );
-    }
-    for (id, s) in &store.udp_routes {
-        judge(
-            Kind::UdpRoute,
-            id,
-            &s.origin,
-            TenantObjectRef::UdpRoute(&s.object),
-        );
-    }
-    for (id, s) in &store.reference_grants {
-        judge(
-            Kind::ReferenceGrant,
-            id,
-            &s.origin,
-            TenantObjectRef::ReferenceGrant(&s.object),
-        );
-    }
-    for (id, s) in &store.backend_tls_policies {
-        judge(
-            Kind::BackendTlsPolicy,
-            id,
-            &s.origin,
-            TenantObjectRef::BackendTlsPolicy(&s.object),
-        );
-    }
-    for (id, s) in &store.route_traffic_policies {
-        // A refusal standing in a policy's place (its metadata and
-        // targetRefs alone, crate::validate::Parsed::Refused) refuses its
-        // own namespace's routes; judged, it would be dropped for setting
-        // nothing and leave them without what the tenant asked for.
-        if store.refused_route_traffic_policies.contains_key(id) {
-            continue;
-        }
-        judge(
-            Kind::RouteTrafficPolicy,
-            id,
-            &s.origin,
-            TenantObjectRef::RouteTrafficPolicy(&s.object),
-        );
-    }
-    for (id, s) in &store.config_maps {
-        judge(
-            Kind::ConfigMap,
-            id,
-            &s.origin,
-            TenantObjectRef::ConfigMap(&s.object),
-        );
-    }
-
-    for (id, s) in &store.endpoint_slices {
-        let Some(tenant) = by_namespace.get(&id.namespace) else {
-            continue;
-        };
-        // The rules run on what the proxy kept, which is all it acts on
-        // (crate::endpoints), plus what was found in the dropped fields;
-        // the quota counts the slice as written.
-        let size = s.object.source_bytes();
-        let violations = verdicts.get_or_judge(id, &s.object, || {
-            let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
-            judge_slice(&ctx, &id.namespace, &s.object)
-        });
-        if violations.is_empty() {
-            loaded_bytes.push(Weighed {
-                created: s.object.metadata.creation_timestamp.clone(),
-                key: key(Kind::EndpointSlice, id),
-                origin: s.origin.clone(),
-                size,
-                regex: RegexCost::default(),
-            });
-        } else {
-            refused.push((key(Kind::EndpointSlice, id), s.origin.clone(), violations));
-        }
-    }
-    refused.extend(over_total(
-        loaded_bytes,
-        &by_namespace,
-        &mut verdicts.weights,
-    ));
-
-    let mut kept_any = false;
-    for (key, origin, violations) in refused {
-        refused_keys.push(key.clone());
-        loaded.remove(&key);
-        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
-        kept_any |= kept;
-        let object = key.to_string();
-        if previous.is_none()
-            && let Some(p) = problems
-                .iter_mut()
-                .find(|p| p.object.as_deref() == Some(&object))
-        {
-            // The version put back by the first pass failed as well.
-            p.kept_previous = false;
-            continue;
-        }
-        problems.push(Problem {
-            file: origin.file.to_path_buf(),
-            document: origin.document,
-            object: Some(object),
-            field: violations.first().map(|v| v.field.clone()),
-            message: format!(
-                "refused by the tenant policy: {}",
-                admission::summarize(&violations, 10)
-            ),
-            kept_previous: kept,
-        });
-    }
-    kept_any
-}
-
-/// An object that claims hosts, in the order of the first-claimant rule.
-struct Claimant<'s> {
-    kind: Kind,
-    id: &'s NsName,
-    origin: &'s Origin,
-    object: TenantObjectRef<'s>,
-}
-
-impl<'s> Claimant<'s> {
-    fn new(kind: Kind, id: &'s NsName, origin: &'s Origin, object: TenantObjectRef<'s>) -> Self {
-        Claimant {
-            kind,
-            id,
-            origin,
-            object,
-        }
-    }
-
-    /// Oldest first by `creationTimestamp`, objects without one after,
-    /// then by namespace/name and kind (as [`crate::store::age_key`]).
-    fn age(&self) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &'s NsName, Kind) {
-        let created = self.object.creation_timestamp().map(|t| t.0);
-        (created.is_none(), created, self.id, self.kind)
-    }
-}
-
-/// The hostnames a Gateway API object claims.
 /// The hostnames a Gateway API object holds once admitted (a Gateway's
 /// listener hostnames, a route's `hostnames`); none for other kinds. The
 /// webhook's state holds them the same way (first claimant).
@@ -740,70 +314,61 @@ fn judge_slice(
 struct Weighed {
     created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     key: ObjectKey,
-    origin: Origin,
     size: usize,
     /// Its regular expressions (routes only).
     regex: RegexCost,
 }
 
-/// `limits.maxTotalBytes`: each tenant's objects are counted oldest first
-/// (then by kind and name); those that take its total past the limit are
-/// refused, so what a tenant already serves keeps serving and one tenant
-/// cannot fill every replica's memory.
+/// `limits.maxTotalBytes` of one tenant namespace: its objects are counted
+/// oldest first (then by kind and name); those that take its total past
+/// the limit are refused, so what a tenant already serves keeps serving
+/// and one tenant cannot fill every replica's memory. Returns what the
+/// admitted weigh and the refused.
 fn over_total(
     mut objects: Vec<Weighed>,
-    by_namespace: &HashMap<String, &Tenant>,
-    weights: &mut HashMap<String, Weight>,
-) -> Vec<(ObjectKey, Origin, Vec<Violation>)> {
-    weights.clear();
+    tenant: &Tenant,
+) -> (Weight, Vec<(ObjectKey, Vec<Violation>)>) {
     objects.sort_by(|a, b| {
-        (&a.key.namespace, a.created.is_none(), &a.created, &a.key).cmp(&(
-            &b.key.namespace,
-            b.created.is_none(),
-            &b.created,
-            &b.key,
-        ))
+        (a.created.is_none(), &a.created, &a.key).cmp(&(b.created.is_none(), &b.created, &b.key))
     });
+    let limits = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref());
+    let max = limits.max_total_bytes;
+    let max_regex = RegexCost {
+        count: limits.max_regexes,
+        bytes: limits.max_regex_bytes,
+    };
     let mut out = Vec::new();
-    let mut totals: HashMap<&str, (u64, RegexCost)> = HashMap::new();
-    for o in &objects {
-        let Some(tenant) = by_namespace.get(&o.key.namespace) else {
-            continue;
-        };
-        let limits = teapot_api::tenant::TenantLimits::effective(tenant.spec.limits.as_ref());
-        let max = limits.max_total_bytes;
-        let (total, regex) = totals.entry(&o.key.namespace).or_default();
-        let max_regex = RegexCost {
-            count: limits.max_regexes,
-            bytes: limits.max_regex_bytes,
-        };
+    let mut weight = Weight::default();
+    let mut regex = RegexCost::default();
+    for o in objects {
         let refusal = if o.regex != RegexCost::default() && regex.plus(o.regex).exceeds(max_regex) {
             Some(format!(
                 "with this route the tenant's routes hold more regular expressions than its limits allow (maxRegexes = {}, maxRegexBytes = {} KiB); older routes keep theirs",
                 max_regex.count,
                 max_regex.bytes / 1024
             ))
-        } else if *total + o.size as u64 > max {
+        } else if weight.bytes + o.size as u64 > max {
             Some(format!(
                 "the tenant's objects are more than its limit of {max} bytes as JSON (maxTotalBytes) with this one; older objects keep theirs"
             ))
         } else {
             None
         };
-        if let Some(message) = refusal {
-            weights.entry(o.key.namespace.clone()).or_default().over = true;
-            out.push((
-                o.key.clone(),
-                o.origin.clone(),
-                vec![Violation::new(admission::OBJECT_FIELD, message)],
-            ));
-        } else {
-            *total += o.size as u64;
-            *regex = regex.plus(o.regex);
-            weights.entry(o.key.namespace.clone()).or_default().bytes += o.size as u64;
+        match refusal {
+            Some(message) => {
+                weight.over = true;
+                out.push((
+                    o.key,
+                    vec![Violation::new(admission::OBJECT_FIELD, message)],
+                ));
+            }
+            None => {
+                weight.bytes += o.size as u64;
+                regex = regex.plus(o.regex);
+            }
         }
     }
-    out
+    (weight, out)
 }
 
 fn key(kind: Kind, id: &NsName) -> ObjectKey {
@@ -848,7 +413,7 @@ mod tests {
             );
             loaded
         };
-        let mut verdicts = SliceVerdicts::default();
+        let mut verdicts = TenantVerdicts::default();
         let mut first = load(&docs("10.1.0.0/24", "10.1.0.5"), &Store::default());
         admit_cached(
             &mut first.store,
@@ -857,6 +422,7 @@ mod tests {
             "example.net",
             &[],
             &mut verdicts,
+            None,
         );
         assert_eq!(
             (verdicts.reused(), first.store.endpoint_slices.len()),
@@ -875,6 +441,7 @@ mod tests {
             "example.net",
             &[],
             &mut verdicts,
+            None,
         );
         assert_eq!(
             (verdicts.reused(), again.store.endpoint_slices.len()),
@@ -896,6 +463,7 @@ mod tests {
             "example.net",
             &[],
             &mut verdicts,
+            None,
         );
         assert_eq!(verdicts.reused(), 0);
         assert!(moved.store.endpoint_slices.is_empty());
@@ -1098,7 +666,7 @@ mod tests {
         let admitted = |n: usize| {
             let slices: Vec<String> = (1..=n).map(|i| slice(&format!("s-{i}"), 10)).collect();
             let mut loaded = loaded(&format!("{tenant}---\n{}", slices.join("---\n")));
-            let mut verdicts = SliceVerdicts::default();
+            let mut verdicts = TenantVerdicts::default();
             admit_cached(
                 &mut loaded.store,
                 &mut loaded.problems,
@@ -1106,13 +674,14 @@ mod tests {
                 "example.net",
                 &[],
                 &mut verdicts,
+                None,
             );
             (loaded, verdicts)
         };
         let (loaded, mut verdicts) = admitted(2);
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let store = loaded.store;
-        let admit = |changes: &[SliceChange], verdicts: &mut SliceVerdicts| {
+        let admit = |changes: &[SliceChange], verdicts: &mut TenantVerdicts| {
             admit_slice_changes(&store, changes, "example.net", &[], verdicts)
         };
         // The same size again: fits.

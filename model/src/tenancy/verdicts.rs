@@ -1,0 +1,1483 @@
+//! The tenant check by difference: its verdicts kept from one load to the
+//! next, so that a load judges the objects that changed and the host
+//! claims they touch, not every object of every tenant.
+//!
+//! A verdict is a function of the object, its Tenant, every Tenant's
+//! networks and grants, DOMAIN and the LB networks (the
+//! [`VerdictContext`]), and, for an object that claims hosts, of the claims
+//! older than it on the hosts it names (the first claimant holds a host).
+//! So a load:
+//! - drops every verdict when the context changed;
+//! - keeps the verdict of an object that is the same `Arc` as last time,
+//!   unless it claims hosts and a claim overlapping its names changed;
+//! - judges again the claims that changed (added, changed or gone) and
+//!   every claimant whose names overlap theirs, transitively (the
+//!   component, [`ClaimIndex::component`]), oldest first, against the
+//!   holdings of that component alone: no check of a claimant reads a
+//!   holding whose name does not overlap its own (same name, one an
+//!   ancestor of the other), and the component holds every such claim;
+//! - weighs `maxTotalBytes` again for a namespace where an object, or a
+//!   verdict, changed.
+//!
+//! The full pass is the same walk with every verdict dropped; a property
+//! test (`tests::by_difference_equals_a_full_pass`) holds the two equal.
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use teapot_api::admission::{self, AdmissionContext, Holder, Holdings, TenantObjectRef, Violation};
+use teapot_api::regex::RegexCost;
+use teapot_api::{HostPattern, Tenant};
+
+use super::{Weighed, Weight, claimed_hosts, judge_slice, key, over_total};
+use crate::manifests::Problem;
+use crate::store::{FastHashMap, Kind, NsName, ObjectKey, Store};
+
+/// The tenant check's verdicts, kept from one load to the next
+/// ([`super::admit_cached`]).
+#[derive(Debug, Default)]
+pub struct TenantVerdicts {
+    context: Option<VerdictContext>,
+    /// The Tenants the context was read from: the same `Arc`s need no
+    /// second reading.
+    tenants: Vec<Arc<Tenant>>,
+    /// Every Tenant's grants and node networks, what a check reads besides
+    /// host claims: built once per context.
+    networks: Holdings,
+    /// Every judged object of a tenant namespace, and every object that
+    /// claims hosts in any namespace (the operator's hold theirs), by
+    /// namespace, kind and name.
+    namespaces: FastHashMap<String, NamespaceVerdicts>,
+    claims: ClaimIndex,
+    /// Objects whose verdict refuses them.
+    refused: BTreeSet<ObjectKey>,
+    /// Which walk over the store this is: an entry not seen in the last
+    /// walk is gone from the store.
+    pass: u32,
+    /// Entries kept, and those the current walk has seen.
+    entries: usize,
+    seen: usize,
+    reused: usize,
+    judged: usize,
+}
+
+/// What the verdicts depend on besides the objects and their host claims.
+#[derive(Debug, PartialEq)]
+pub(super) struct VerdictContext {
+    tenants: Vec<(Option<String>, teapot_api::tenant::TenantSpec)>,
+    domain: String,
+    lb_networks: Vec<IpNet>,
+}
+
+#[derive(Debug, Default)]
+struct NamespaceVerdicts {
+    kinds: Vec<(Kind, FastHashMap<String, Judged>)>,
+    /// What its admitted objects weigh against `maxTotalBytes`, and what
+    /// that limit refuses (a tenant namespace's).
+    weight: Weight,
+    over: Vec<(ObjectKey, Vec<Violation>)>,
+}
+
+impl NamespaceVerdicts {
+    fn kind(&mut self, kind: Kind) -> &mut FastHashMap<String, Judged> {
+        let at = match self.kinds.iter().position(|(k, _)| *k == kind) {
+            Some(at) => at,
+            None => {
+                self.kinds.push((kind, FastHashMap::default()));
+                self.kinds.len() - 1
+            }
+        };
+        &mut self.kinds[at].1
+    }
+
+    fn get(&self, kind: Kind, name: &str) -> Option<&Judged> {
+        let (_, map) = self.kinds.iter().find(|(k, _)| *k == kind)?;
+        map.get(name)
+    }
+}
+
+/// One object's verdict, and what `maxTotalBytes` weighs of it.
+#[derive(Debug)]
+struct Judged {
+    /// The object judged: the verdict stands while the store holds this
+    /// very `Arc` (kept, so its address is not reused by another).
+    object: Arc<dyn Any + Send + Sync>,
+    /// `None`: not judged yet in this walk (a claimant waiting for its
+    /// turn), or an operator's claimant, which is not judged.
+    violations: Option<Vec<Violation>>,
+    size: usize,
+    regex: RegexCost,
+    created: Option<Time>,
+    /// Its slot in [`ClaimIndex`], for an object that claims hosts.
+    claim: Option<u32>,
+    seen: u32,
+}
+
+impl Judged {
+    fn new(object: Arc<dyn Any + Send + Sync>, seen: u32) -> Judged {
+        Judged {
+            object,
+            violations: None,
+            size: 0,
+            regex: RegexCost::default(),
+            created: None,
+            claim: None,
+            seen,
+        }
+    }
+
+    fn admitted(&self) -> bool {
+        self.violations.as_ref().is_some_and(Vec::is_empty)
+    }
+}
+
+fn same(a: &Arc<dyn Any + Send + Sync>, b: *const ()) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), b)
+}
+
+impl TenantVerdicts {
+    /// Objects whose verdict the last admission took over.
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Objects the last admission judged.
+    pub fn judged(&self) -> usize {
+        self.judged
+    }
+
+    /// Drops every verdict when what they depend on besides the objects
+    /// changed; returns whether the verdicts of the last admission stand.
+    pub(super) fn begin(&mut self, store: &Store, domain: &str, lb_networks: &[IpNet]) -> bool {
+        let same_tenants = self.tenants.len() == store.tenants.len()
+            && self
+                .tenants
+                .iter()
+                .zip(store.tenants.values())
+                .all(|(a, b)| Arc::ptr_eq(a, &b.object));
+        if same_tenants
+            && let Some(c) = &self.context
+            && c.domain == domain
+            && c.lb_networks == lb_networks
+        {
+            return true;
+        }
+        self.tenants = store.tenants.values().map(|t| t.object.clone()).collect();
+        let context = VerdictContext {
+            tenants: store
+                .tenants
+                .values()
+                .map(|t| (t.object.metadata.name.clone(), t.object.spec.clone()))
+                .collect(),
+            domain: domain.to_string(),
+            lb_networks: lb_networks.to_vec(),
+        };
+        if self.context.as_ref() == Some(&context) {
+            return true;
+        }
+        let tenants = std::mem::take(&mut self.tenants);
+        *self = TenantVerdicts {
+            context: Some(context),
+            networks: Holdings::from_objects(tenants.iter().map(|t| &**t), std::iter::empty()),
+            tenants,
+            ..TenantVerdicts::default()
+        };
+        false
+    }
+
+    pub(super) fn has_context(&self) -> bool {
+        self.context.is_some()
+    }
+
+    /// The weight the last admission counted for `namespace`.
+    pub(super) fn weight(&self, namespace: &str) -> Weight {
+        self.namespaces
+            .get(namespace)
+            .map(|n| n.weight)
+            .unwrap_or_default()
+    }
+
+    pub(super) fn set_weight(&mut self, namespace: &str, weight: Weight) {
+        if let Some(n) = self.namespaces.get_mut(namespace) {
+            n.weight = weight;
+        }
+    }
+
+    /// Records an EndpointSlice judged alone ([`super::admit_slice_changes`]):
+    /// `Some((slice, size))` admitted, `None` gone.
+    pub(super) fn set_slice(
+        &mut self,
+        id: &NsName,
+        slice: Option<&Arc<crate::endpoints::CompactSlice>>,
+    ) {
+        self.refused.remove(&key(Kind::EndpointSlice, id));
+        let namespace = self.namespaces.entry(id.namespace.clone()).or_default();
+        let map = namespace.kind(Kind::EndpointSlice);
+        match slice {
+            Some(slice) => {
+                let mut judged = Judged::new(slice.clone(), self.pass);
+                judged.violations = Some(Vec::new());
+                judged.size = slice.source_bytes();
+                judged.created = slice.metadata.creation_timestamp.clone();
+                if map.insert(id.name.clone(), judged).is_none() {
+                    self.entries += 1;
+                }
+            }
+            None => {
+                if map.remove(&id.name).is_some() {
+                    self.entries -= 1;
+                }
+            }
+        }
+    }
+
+    /// Marks `object` seen at `kind`/`id`: `true` when it is the object
+    /// last judged there. Otherwise its entry is the new object's, not
+    /// judged yet, and `old_claim` has the slot its previous version had.
+    fn see<T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        id: &NsName,
+        object: &Arc<T>,
+        old_claim: &mut Option<u32>,
+    ) -> bool {
+        let pass = self.pass;
+        let namespace = self
+            .namespaces
+            .entry_ref(id.namespace.as_str())
+            .or_default();
+        let map = namespace.kind(kind);
+        let address = Arc::as_ptr(object).cast::<()>();
+        match map.get_mut(id.name.as_str()) {
+            Some(j) if same(&j.object, address) => {
+                j.seen = pass;
+                self.seen += 1;
+                true
+            }
+            Some(j) => {
+                *old_claim = j.claim;
+                let object: Arc<dyn Any + Send + Sync> = object.clone();
+                *j = Judged::new(object, pass);
+                self.seen += 1;
+                self.refused.remove(&key(kind, id));
+                false
+            }
+            None => {
+                map.insert(id.name.clone(), Judged::new(object.clone(), pass));
+                self.entries += 1;
+                self.seen += 1;
+                false
+            }
+        }
+    }
+
+    fn entry(&mut self, kind: Kind, id: &NsName) -> Option<&mut Judged> {
+        self.namespaces
+            .get_mut(id.namespace.as_str())?
+            .kinds
+            .iter_mut()
+            .find(|(k, _)| *k == kind)?
+            .1
+            .get_mut(id.name.as_str())
+    }
+
+    /// Sets a verdict; `true` when it differs from what it replaces.
+    fn set_verdict(&mut self, kind: Kind, id: &NsName, violations: Vec<Violation>) -> bool {
+        let refused = !violations.is_empty();
+        let Some(j) = self.entry(kind, id) else {
+            return false;
+        };
+        let changed = j.violations.as_ref() != Some(&violations);
+        j.violations = Some(violations);
+        if refused {
+            self.refused.insert(key(kind, id));
+        } else {
+            self.refused.remove(&key(kind, id));
+        }
+        changed
+    }
+
+    /// Drops the entries the last walk did not see (their objects left
+    /// the store): their claims go to `dirty`, their namespaces to
+    /// `touched`.
+    fn sweep(&mut self, dirty: &mut Vec<Name>, touched: &mut HashSet<String>) {
+        let pass = self.pass;
+        let mut gone = Vec::new();
+        for (namespace, n) in &mut self.namespaces {
+            for (kind, map) in &mut n.kinds {
+                map.retain(|name, j| {
+                    if j.seen == pass {
+                        return true;
+                    }
+                    gone.push((
+                        ObjectKey {
+                            kind: *kind,
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                        },
+                        j.claim,
+                    ));
+                    false
+                });
+            }
+        }
+        for (key, claim) in gone {
+            self.entries -= 1;
+            if let Some(slot) = claim {
+                dirty.extend(self.claims.remove(slot));
+            }
+            self.refused.remove(&key);
+            touched.insert(key.namespace);
+        }
+        self.namespaces
+            .retain(|_, n| n.kinds.iter().any(|(_, m)| !m.is_empty()));
+    }
+}
+
+/// A host name a claim holds: an exact host, or a wildcard's suffix;
+/// `subtree` for a Gateway API wildcard, which holds every name below its
+/// suffix, any number of labels down.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Name {
+    name: String,
+    subtree: bool,
+}
+
+fn names_of(hosts: &[HostPattern], gateway: bool) -> impl Iterator<Item = Name> + '_ {
+    hosts.iter().map(move |h| match h {
+        HostPattern::Exact(n) => Name {
+            name: n.clone(),
+            subtree: false,
+        },
+        HostPattern::Wildcard(s) => Name {
+            name: s.clone(),
+            subtree: gateway,
+        },
+    })
+}
+
+/// One object claiming hosts.
+#[derive(Debug)]
+struct Claim {
+    kind: Kind,
+    id: NsName,
+    names: Vec<Name>,
+}
+
+/// Every claim by the names it holds, so that the claims overlapping a
+/// name are found without a walk over all of them.
+#[derive(Debug, Default)]
+struct ClaimIndex {
+    slots: Vec<Option<Claim>>,
+    free: Vec<u32>,
+    /// Claims by each name they hold (by its hash: a collision only adds a
+    /// claim to a component, which judges it as the full pass would).
+    by_name: FastHashMap<u64, Vec<u32>>,
+    /// Claims by the parent of each name they hold (`a.foo.com` under
+    /// `foo.com`): what a wildcard on the parent overlaps.
+    by_parent: FastHashMap<u64, Vec<u32>>,
+    /// Claims holding a Gateway API wildcard, whose reach below is any
+    /// depth.
+    subtrees: usize,
+    hasher: foldhash::fast::RandomState,
+}
+
+fn parent(name: &str) -> Option<&str> {
+    name.split_once('.').map(|(_, rest)| rest)
+}
+
+fn within(name: &str, domain: &str) -> bool {
+    name.len() > domain.len()
+        && name.ends_with(domain)
+        && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
+}
+
+impl ClaimIndex {
+    fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    fn insert(&mut self, claim: Claim) -> u32 {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 4G claims")
+            }
+        };
+        for n in &claim.names {
+            let h = self.hash(&n.name);
+            self.by_name.entry(h).or_default().push(slot);
+            if let Some(p) = parent(&n.name) {
+                let h = self.hash(p);
+                self.by_parent.entry(h).or_default().push(slot);
+            }
+        }
+        self.subtrees += usize::from(claim.names.iter().any(|n| n.subtree));
+        self.slots[slot as usize] = Some(claim);
+        slot
+    }
+
+    /// Frees a slot; returns the names its claim held.
+    fn remove(&mut self, slot: u32) -> Vec<Name> {
+        let Some(claim) = self.slots[slot as usize].take() else {
+            return Vec::new();
+        };
+        fn unlist(map: &mut FastHashMap<u64, Vec<u32>>, h: u64, slot: u32) {
+            if let Some(v) = map.get_mut(&h) {
+                v.retain(|&s| s != slot);
+                if v.is_empty() {
+                    map.remove(&h);
+                }
+            }
+        }
+        for n in &claim.names {
+            unlist(
+                &mut self.by_name,
+                self.hasher.hash_one(n.name.as_str()),
+                slot,
+            );
+            if let Some(p) = parent(&n.name) {
+                unlist(&mut self.by_parent, self.hasher.hash_one(p), slot);
+            }
+        }
+        self.subtrees -= usize::from(claim.names.iter().any(|n| n.subtree));
+        self.free.push(slot);
+        claim.names
+    }
+
+    /// The claims overlapping `dirty` names or the claims `seeds`, and
+    /// every claim overlapping one of those, transitively.
+    fn component(&self, mut queue: Vec<Name>, seeds: &[u32]) -> Vec<u32> {
+        let mut members: HashSet<u32> = HashSet::new();
+        let mut order = Vec::new();
+        let mut add = |slot: u32, queue: &mut Vec<Name>, order: &mut Vec<u32>| {
+            if members.insert(slot)
+                && let Some(claim) = &self.slots[slot as usize]
+            {
+                order.push(slot);
+                queue.extend(claim.names.iter().cloned());
+            }
+        };
+        for &slot in seeds {
+            add(slot, &mut queue, &mut order);
+        }
+        let mut named: HashSet<Name> = HashSet::new();
+        let mut subtrees: Vec<String> = Vec::new();
+        loop {
+            while let Some(n) = queue.pop() {
+                if !named.insert(n.clone()) {
+                    continue;
+                }
+                if n.subtree {
+                    subtrees.push(n.name.clone());
+                }
+                // The same name, a name above it, a name one below it.
+                let above = std::iter::successors(Some(n.name.as_str()), |n| parent(n));
+                for at in above {
+                    for &slot in self.by_name.get(&self.hash(at)).into_iter().flatten() {
+                        add(slot, &mut queue, &mut order);
+                    }
+                }
+                for &slot in self
+                    .by_parent
+                    .get(&self.hash(&n.name))
+                    .into_iter()
+                    .flatten()
+                {
+                    add(slot, &mut queue, &mut order);
+                }
+            }
+            // A Gateway API wildcard reaches any depth below its suffix:
+            // the claims there are found by a walk over all of them.
+            if subtrees.is_empty() {
+                break;
+            }
+            let below: Vec<u32> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, c)| {
+                    let c = c.as_ref()?;
+                    c.names
+                        .iter()
+                        .any(|n| subtrees.iter().any(|s| within(&n.name, s)))
+                        .then_some(slot as u32)
+                })
+                .collect();
+            subtrees.clear();
+            for slot in below {
+                add(slot, &mut queue, &mut order);
+            }
+            if queue.is_empty() {
+                break;
+            }
+        }
+        order
+    }
+}
+
+/// The object at `kind`/`id` of `store`, for a kind that claims hosts.
+fn claimant<'s>(store: &'s Store, kind: Kind, id: &NsName) -> Option<TenantObjectRef<'s>> {
+    Some(match kind {
+        Kind::Ingress => TenantObjectRef::Ingress(&store.ingresses.get(id)?.object),
+        Kind::Gateway => TenantObjectRef::Gateway(&store.gateways.get(id)?.object),
+        Kind::ListenerSet => TenantObjectRef::ListenerSet(&store.listener_sets.get(id)?.object.set),
+        Kind::HttpRoute => TenantObjectRef::HttpRoute(&store.http_routes.get(id)?.object),
+        Kind::GrpcRoute => TenantObjectRef::GrpcRoute(&store.grpc_routes.get(id)?.object),
+        Kind::TlsRoute => TenantObjectRef::TlsRoute(&store.tls_routes.get(id)?.object),
+        _ => return None,
+    })
+}
+
+/// The hosts a claimant holds once admitted: an Ingress's rule and TLS
+/// hosts, a Gateway API object's hostnames.
+fn held_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
+    match object {
+        TenantObjectRef::Ingress(ingress) => {
+            let spec = ingress.spec.as_ref();
+            let rule_hosts = spec
+                .into_iter()
+                .flat_map(|s| s.rules.iter().flatten())
+                .filter_map(|r| r.host.as_deref());
+            let tls_hosts = spec
+                .into_iter()
+                .flat_map(|s| s.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten())
+                .map(String::as_str);
+            rule_hosts
+                .chain(tls_hosts)
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect()
+        }
+        other => claimed_hosts(other),
+    }
+}
+
+fn hold(holdings: &mut Holdings, holder: &Holder, kind: Kind, hosts: &[HostPattern]) {
+    for host in hosts {
+        match kind {
+            Kind::Ingress => holdings.insert(holder.clone(), host),
+            _ => holdings.insert_gateway_host(holder.clone(), host),
+        }
+    }
+}
+
+/// One walk over the objects of a load: which changed, judged where no
+/// host claim decides their verdict; the claims that changed, with the
+/// names they held and hold, for the component.
+struct Walk<'w, 's> {
+    verdicts: &'w mut TenantVerdicts,
+    store: &'s Store,
+    by_namespace: &'w HashMap<String, &'s Tenant>,
+    base: &'w Holdings,
+    domain: &'w str,
+    lb_networks: &'w [IpNet],
+    dirty: Vec<Name>,
+    seeds: Vec<u32>,
+    touched: HashSet<String>,
+}
+
+/// A judged object's violations, its size as JSON and its creation time.
+fn judge(
+    ctx: &AdmissionContext<'_>,
+    namespace: &str,
+    object: TenantObjectRef<'_>,
+) -> (Vec<Violation>, usize, Option<Time>) {
+    let size = admission::json_size(&object);
+    let violations = admission::check_typed_sized(ctx, namespace, object, size);
+    (violations, size, object.creation_timestamp().cloned())
+}
+
+impl<'s> Walk<'_, 's> {
+    /// An object that claims hosts, seen: a changed one's old and new
+    /// names are dirty, and it is judged in the component.
+    fn claim<T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        id: &NsName,
+        object: &Arc<T>,
+        as_ref: TenantObjectRef<'_>,
+    ) {
+        let mut old = None;
+        if self.verdicts.see(kind, id, object, &mut old) {
+            return;
+        }
+        if let Some(slot) = old {
+            self.dirty.extend(self.verdicts.claims.remove(slot));
+        }
+        let hosts = held_hosts(as_ref);
+        let names: Vec<Name> = names_of(&hosts, kind != Kind::Ingress).collect();
+        self.dirty.extend(names.iter().cloned());
+        let slot = self.verdicts.claims.insert(Claim {
+            kind,
+            id: id.clone(),
+            names,
+        });
+        if let Some(j) = self.verdicts.entry(kind, id) {
+            j.claim = Some(slot);
+            j.created = as_ref.creation_timestamp().cloned();
+        }
+        self.seeds.push(slot);
+        self.touched.insert(id.namespace.clone());
+    }
+
+    /// Any other object of a tenant namespace, seen: judged unless the
+    /// same as last time (no check of these reads a host claim).
+    fn other<T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        id: &NsName,
+        object: &Arc<T>,
+        judge: impl FnOnce(&AdmissionContext<'_>) -> (Vec<Violation>, usize, Option<Time>),
+    ) {
+        let Some(tenant) = self.by_namespace.get(&id.namespace) else {
+            return;
+        };
+        let mut old = None;
+        if self.verdicts.see(kind, id, object, &mut old) {
+            return;
+        }
+        self.touched.insert(id.namespace.clone());
+        let ctx = AdmissionContext::new(tenant, self.domain, self.lb_networks, self.base);
+        let (violations, size, created) = judge(&ctx);
+        self.verdicts.judged += 1;
+        if let Some(j) = self.verdicts.entry(kind, id) {
+            j.size = size;
+            j.created = created;
+        }
+        self.verdicts.set_verdict(kind, id, violations);
+    }
+
+    /// An object no longer in the store at `kind`/`id`.
+    fn gone(&mut self, kind: Kind, id: &NsName) {
+        let Some(n) = self.verdicts.namespaces.get_mut(id.namespace.as_str()) else {
+            return;
+        };
+        let Some((_, map)) = n.kinds.iter_mut().find(|(k, _)| *k == kind) else {
+            return;
+        };
+        let Some(j) = map.remove(id.name.as_str()) else {
+            return;
+        };
+        self.verdicts.entries -= 1;
+        if let Some(slot) = j.claim {
+            self.dirty.extend(self.verdicts.claims.remove(slot));
+        }
+        self.verdicts.refused.remove(&key(kind, id));
+        self.touched.insert(id.namespace.clone());
+    }
+
+    fn service(&mut self, id: &NsName, s: &Arc<crate::service::CompactService>) {
+        // The compact form keeps every field (crate::service): the rules
+        // judge, and the quota weighs, the Service as written.
+        self.other(Kind::Service, id, s, |ctx| {
+            let typed = s.to_typed();
+            judge(ctx, &id.namespace, TenantObjectRef::Service(&typed))
+        });
+    }
+
+    /// The rules run on what the proxy kept of a slice, which is all it
+    /// acts on (crate::endpoints), plus what was found in the dropped
+    /// fields; the quota counts the slice as written.
+    fn slice(&mut self, id: &NsName, s: &Arc<crate::endpoints::CompactSlice>) {
+        self.other(Kind::EndpointSlice, id, s, |ctx| {
+            let violations = judge_slice(ctx, &id.namespace, s);
+            let created = s.metadata.creation_timestamp.clone();
+            (violations, s.source_bytes(), created)
+        });
+    }
+
+    /// A refusal standing in a policy's place (its metadata and
+    /// targetRefs alone, crate::validate::Parsed::Refused) refuses its own
+    /// namespace's routes; judged, it would be dropped for setting nothing
+    /// and leave them without what the tenant asked for.
+    fn policy_judged(&self, id: &NsName) -> bool {
+        !self.store.refused_route_traffic_policies.contains_key(id)
+    }
+
+    /// Every object of the store.
+    fn everything(&mut self) {
+        let store = self.store;
+        for (id, s) in &store.ingresses {
+            self.claim(
+                Kind::Ingress,
+                id,
+                &s.object,
+                TenantObjectRef::Ingress(&s.object),
+            );
+        }
+        for (id, s) in &store.gateways {
+            self.claim(
+                Kind::Gateway,
+                id,
+                &s.object,
+                TenantObjectRef::Gateway(&s.object),
+            );
+        }
+        for (id, s) in &store.listener_sets {
+            let as_ref = TenantObjectRef::ListenerSet(&s.object.set);
+            self.claim(Kind::ListenerSet, id, &s.object, as_ref);
+        }
+        for (id, s) in &store.http_routes {
+            self.claim(
+                Kind::HttpRoute,
+                id,
+                &s.object,
+                TenantObjectRef::HttpRoute(&s.object),
+            );
+        }
+        for (id, s) in &store.grpc_routes {
+            self.claim(
+                Kind::GrpcRoute,
+                id,
+                &s.object,
+                TenantObjectRef::GrpcRoute(&s.object),
+            );
+        }
+        for (id, s) in &store.tls_routes {
+            self.claim(
+                Kind::TlsRoute,
+                id,
+                &s.object,
+                TenantObjectRef::TlsRoute(&s.object),
+            );
+        }
+        for (id, s) in &store.services {
+            self.service(id, &s.object);
+        }
+        for (id, s) in &store.secrets {
+            self.other(Kind::Secret, id, &s.object, |ctx| {
+                judge(
+                    ctx,
+                    &id.namespace,
+                    TenantObjectRef::Secret(&s.object.source),
+                )
+            });
+        }
+        for (id, s) in &store.ca_secrets {
+            self.other(Kind::Secret, id, &s.object, |ctx| {
+                judge(ctx, &id.namespace, TenantObjectRef::Secret(&s.object))
+            });
+        }
+        for (id, s) in &store.tcp_routes {
+            self.other(Kind::TcpRoute, id, &s.object, |ctx| {
+                judge(ctx, &id.namespace, TenantObjectRef::TcpRoute(&s.object))
+            });
+        }
+        for (id, s) in &store.udp_routes {
+            self.other(Kind::UdpRoute, id, &s.object, |ctx| {
+                judge(ctx, &id.namespace, TenantObjectRef::UdpRoute(&s.object))
+            });
+        }
+        for (id, s) in &store.reference_grants {
+            self.other(Kind::ReferenceGrant, id, &s.object, |ctx| {
+                judge(
+                    ctx,
+                    &id.namespace,
+                    TenantObjectRef::ReferenceGrant(&s.object),
+                )
+            });
+        }
+        for (id, s) in &store.backend_tls_policies {
+            self.other(Kind::BackendTlsPolicy, id, &s.object, |ctx| {
+                judge(
+                    ctx,
+                    &id.namespace,
+                    TenantObjectRef::BackendTlsPolicy(&s.object),
+                )
+            });
+        }
+        for (id, s) in &store.route_traffic_policies {
+            if self.policy_judged(id) {
+                self.other(Kind::RouteTrafficPolicy, id, &s.object, |ctx| {
+                    judge(
+                        ctx,
+                        &id.namespace,
+                        TenantObjectRef::RouteTrafficPolicy(&s.object),
+                    )
+                });
+            }
+        }
+        for (id, s) in &store.config_maps {
+            self.other(Kind::ConfigMap, id, &s.object, |ctx| {
+                judge(ctx, &id.namespace, TenantObjectRef::ConfigMap(&s.object))
+            });
+        }
+        for (id, s) in &store.endpoint_slices {
+            self.slice(id, &s.object);
+        }
+    }
+
+    /// The object at `key`, as [`Self::everything`] sees it, or gone.
+    fn key(&mut self, key: &ObjectKey) {
+        let store = self.store;
+        let id = NsName::new(key.namespace.clone(), key.name.clone());
+        let id = &id;
+        let kind = key.kind;
+        let seen = match kind {
+            Kind::Ingress => store.ingresses.get(id).map(|s| {
+                self.claim(kind, id, &s.object, TenantObjectRef::Ingress(&s.object));
+            }),
+            Kind::Gateway => store.gateways.get(id).map(|s| {
+                self.claim(kind, id, &s.object, TenantObjectRef::Gateway(&s.object));
+            }),
+            Kind::ListenerSet => store.listener_sets.get(id).map(|s| {
+                let as_ref = TenantObjectRef::ListenerSet(&s.object.set);
+                self.claim(kind, id, &s.object, as_ref);
+            }),
+            Kind::HttpRoute => store.http_routes.get(id).map(|s| {
+                self.claim(kind, id, &s.object, TenantObjectRef::HttpRoute(&s.object));
+            }),
+            Kind::GrpcRoute => store.grpc_routes.get(id).map(|s| {
+                self.claim(kind, id, &s.object, TenantObjectRef::GrpcRoute(&s.object));
+            }),
+            Kind::TlsRoute => store.tls_routes.get(id).map(|s| {
+                self.claim(kind, id, &s.object, TenantObjectRef::TlsRoute(&s.object));
+            }),
+            Kind::Service => store.services.get(id).map(|s| self.service(id, &s.object)),
+            Kind::Secret => match (store.secrets.get(id), store.ca_secrets.get(id)) {
+                (Some(s), _) => {
+                    self.other(kind, id, &s.object, |ctx| {
+                        judge(
+                            ctx,
+                            &id.namespace,
+                            TenantObjectRef::Secret(&s.object.source),
+                        )
+                    });
+                    Some(())
+                }
+                (None, Some(s)) => {
+                    self.other(kind, id, &s.object, |ctx| {
+                        judge(ctx, &id.namespace, TenantObjectRef::Secret(&s.object))
+                    });
+                    Some(())
+                }
+                (None, None) => None,
+            },
+            Kind::TcpRoute => store.tcp_routes.get(id).map(|s| {
+                self.other(kind, id, &s.object, |ctx| {
+                    judge(ctx, &id.namespace, TenantObjectRef::TcpRoute(&s.object))
+                })
+            }),
+            Kind::UdpRoute => store.udp_routes.get(id).map(|s| {
+                self.other(kind, id, &s.object, |ctx| {
+                    judge(ctx, &id.namespace, TenantObjectRef::UdpRoute(&s.object))
+                })
+            }),
+            Kind::ReferenceGrant => store.reference_grants.get(id).map(|s| {
+                self.other(kind, id, &s.object, |ctx| {
+                    judge(
+                        ctx,
+                        &id.namespace,
+                        TenantObjectRef::ReferenceGrant(&s.object),
+                    )
+                })
+            }),
+            Kind::BackendTlsPolicy => store.backend_tls_policies.get(id).map(|s| {
+                self.other(kind, id, &s.object, |ctx| {
+                    judge(
+                        ctx,
+                        &id.namespace,
+                        TenantObjectRef::BackendTlsPolicy(&s.object),
+                    )
+                })
+            }),
+            Kind::RouteTrafficPolicy => store
+                .route_traffic_policies
+                .get(id)
+                .filter(|_| self.policy_judged(id))
+                .map(|s| {
+                    self.other(kind, id, &s.object, |ctx| {
+                        judge(
+                            ctx,
+                            &id.namespace,
+                            TenantObjectRef::RouteTrafficPolicy(&s.object),
+                        )
+                    })
+                }),
+            Kind::ConfigMap => store.config_maps.get(id).map(|s| {
+                self.other(kind, id, &s.object, |ctx| {
+                    judge(ctx, &id.namespace, TenantObjectRef::ConfigMap(&s.object))
+                })
+            }),
+            Kind::EndpointSlice => store
+                .endpoint_slices
+                .get(id)
+                .map(|s| self.slice(id, &s.object)),
+            // Cluster-scoped kinds: a Tenant's change drops every verdict
+            // (TenantVerdicts::begin); the rest are not judged.
+            _ => Some(()),
+        };
+        if seen.is_none() {
+            self.gone(kind, id);
+        }
+    }
+}
+
+/// One pass of the tenant check over `loaded`, by difference from the
+/// last one `verdicts` remembers; returns whether it put back any
+/// previous version.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn admit_pass(
+    loaded: &mut Store,
+    problems: &mut Vec<Problem>,
+    previous: Option<&Store>,
+    domain: &str,
+    lb_networks: &[IpNet],
+    verdicts: &mut TenantVerdicts,
+    changed: Option<&[ObjectKey]>,
+    refused_keys: &mut Vec<ObjectKey>,
+) -> bool {
+    if loaded.tenants.is_empty() {
+        return false;
+    }
+    let store = &*loaded;
+    let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
+    let by_namespace: HashMap<String, &Tenant> =
+        tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
+    verdicts.pass = verdicts.pass.wrapping_add(1);
+    verdicts.seen = 0;
+    verdicts.judged = 0;
+    let base = std::mem::take(&mut verdicts.networks);
+    let mut walk = Walk {
+        verdicts: &mut *verdicts,
+        store,
+        by_namespace: &by_namespace,
+        base: &base,
+        domain,
+        lb_networks,
+        dirty: Vec::new(),
+        seeds: Vec::new(),
+        touched: HashSet::new(),
+    };
+    match changed {
+        None => {
+            walk.everything();
+            // What left the store since the last walk.
+            if walk.verdicts.seen < walk.verdicts.entries {
+                walk.verdicts.sweep(&mut walk.dirty, &mut walk.touched);
+            }
+        }
+        Some(changed) => {
+            // The store is the last admission's but for the keys changed
+            // and those it refused (which it took out, or put a previous
+            // version of back).
+            let mut keys: BTreeSet<&ObjectKey> = changed.iter().collect();
+            let refused: Vec<ObjectKey> = walk
+                .verdicts
+                .refused
+                .iter()
+                .chain(
+                    walk.verdicts
+                        .namespaces
+                        .values()
+                        .flat_map(|n| n.over.iter().map(|(k, _)| k)),
+                )
+                .cloned()
+                .collect();
+            keys.extend(refused.iter());
+            for key in keys {
+                walk.key(key);
+            }
+        }
+    }
+    let Walk {
+        dirty,
+        seeds,
+        mut touched,
+        ..
+    } = walk;
+
+    // The claims touched, judged again oldest first, the operator's held
+    // before any tenant's.
+    let component = verdicts.claims.component(dirty, &seeds);
+    // Grants and networks, and the component's claims as their turns
+    // come: what the claims' checks read.
+    let mut holdings = match component.is_empty() {
+        true => Holdings::default(),
+        false => base.clone(),
+    };
+    let mut turns = Vec::new();
+    for slot in component {
+        let Some(claim) = &verdicts.claims.slots[slot as usize] else {
+            continue;
+        };
+        let Some(object) = claimant(store, claim.kind, &claim.id) else {
+            continue;
+        };
+        if by_namespace.contains_key(&claim.id.namespace) {
+            turns.push((claim.kind, claim.id.clone(), object));
+            continue;
+        }
+        let holder = Holder::Operator {
+            namespace: claim.id.namespace.clone(),
+        };
+        hold(&mut holdings, &holder, claim.kind, &held_hosts(object));
+    }
+    turns.sort_by_cached_key(|(kind, id, object)| {
+        let created = object.creation_timestamp().map(|t| t.0);
+        (created.is_none(), created, id.clone(), *kind)
+    });
+    for (kind, id, object) in turns {
+        let tenant = by_namespace[&id.namespace];
+        let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
+        let size = admission::json_size(&object);
+        let violations = admission::check_typed_sized(&ctx, &id.namespace, object, size);
+        verdicts.judged += 1;
+        let admitted = violations.is_empty();
+        if let Some(j) = verdicts.entry(kind, &id) {
+            j.size = size;
+            j.created = object.creation_timestamp().cloned();
+            j.regex = match kind {
+                Kind::Ingress => RegexCost::default(),
+                _ => admission::object_regex_cost(object),
+            };
+        }
+        if verdicts.set_verdict(kind, &id, violations) {
+            touched.insert(id.namespace.clone());
+        }
+        if admitted {
+            let holder = Holder::Tenant(tenant.spec.cluster.clone());
+            hold(&mut holdings, &holder, kind, &held_hosts(object));
+        }
+    }
+    // Every object of a tenant namespace whose verdict stood.
+    let in_tenants: usize = verdicts
+        .namespaces
+        .iter()
+        .filter(|(ns, _)| by_namespace.contains_key(ns.as_str()))
+        .flat_map(|(_, n)| n.kinds.iter())
+        .map(|(_, m)| m.len())
+        .sum();
+    verdicts.reused = in_tenants.saturating_sub(verdicts.judged);
+
+    verdicts.networks = base;
+
+    // `maxTotalBytes`, weighed again where anything changed.
+    for namespace in &touched {
+        let Some(tenant) = by_namespace.get(namespace) else {
+            continue;
+        };
+        let Some(n) = verdicts.namespaces.get_mut(namespace.as_str()) else {
+            continue;
+        };
+        let mut weighed = Vec::new();
+        for (kind, map) in &n.kinds {
+            // Ingresses are held to maxIngresses, not weighed.
+            if *kind == Kind::Ingress {
+                continue;
+            }
+            for (name, j) in map.iter().filter(|(_, j)| j.admitted()) {
+                weighed.push(Weighed {
+                    created: j.created.clone(),
+                    key: ObjectKey {
+                        kind: *kind,
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    },
+                    size: j.size,
+                    regex: j.regex,
+                });
+            }
+        }
+        (n.weight, n.over) = over_total(weighed, tenant);
+    }
+
+    // A GatewayClass is cluster-scoped and the operator's: one that names a
+    // tenant namespace was written as a tenant's.
+    let mut refused: Vec<(ObjectKey, Vec<Violation>)> = Vec::new();
+    for (name, s) in &store.gateway_classes {
+        if let Some(ns) = s.object.metadata.namespace.as_deref()
+            && by_namespace.contains_key(ns)
+        {
+            refused.push((
+                ObjectKey {
+                    kind: Kind::GatewayClass,
+                    namespace: String::new(),
+                    name: name.clone(),
+                },
+                vec![Violation::new(
+                    "kind",
+                    admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
+                )],
+            ));
+        }
+    }
+    for key in &verdicts.refused {
+        let id = NsName::new(key.namespace.clone(), key.name.clone());
+        if let Some(j) = verdicts
+            .namespaces
+            .get(key.namespace.as_str())
+            .and_then(|n| n.get(key.kind, &id.name))
+            && let Some(violations) = &j.violations
+        {
+            refused.push((key.clone(), violations.clone()));
+        }
+    }
+    for (namespace, n) in &verdicts.namespaces {
+        if by_namespace.contains_key(namespace.as_str()) {
+            refused.extend(n.over.iter().cloned());
+        }
+    }
+
+    let mut kept_any = false;
+    for (key, violations) in refused {
+        let Some(origin) = loaded.origin(&key).cloned() else {
+            continue;
+        };
+        refused_keys.push(key.clone());
+        loaded.remove(&key);
+        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
+        kept_any |= kept;
+        let object = key.to_string();
+        if previous.is_none()
+            && let Some(p) = problems
+                .iter_mut()
+                .find(|p| p.object.as_deref() == Some(&object))
+        {
+            // The version put back by the first pass failed as well.
+            p.kept_previous = false;
+            continue;
+        }
+        problems.push(Problem {
+            file: origin.file.to_path_buf(),
+            document: origin.document,
+            object: Some(object),
+            field: violations.first().map(|v| v.field.clone()),
+            message: format!(
+                "refused by the tenant policy: {}",
+                admission::summarize(&violations, 10)
+            ),
+            kept_previous: kept,
+        });
+    }
+    kept_any
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::manifests::{Loaded, load_text};
+
+    const DOMAIN: &str = "example.net";
+
+    /// A small deterministic generator (xorshift), so a failing sequence
+    /// is the same on every run.
+    struct Dice(u64);
+
+    impl Dice {
+        fn roll(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
+            of[self.roll(of.len())]
+        }
+    }
+
+    /// Hosts that overlap in every way the check knows: the same name, a
+    /// wildcard over it, a name below a Gateway API wildcard, a granted
+    /// domain, a tenant's own subtree, custom domains.
+    const HOSTS: &[&str] = &[
+        "x.shop.example.org",
+        "y.shop.example.org",
+        "*.shop.example.org",
+        "deep.x.shop.example.org",
+        "app.a.lb.example.net",
+        "app.b.lb.example.net",
+        "www.custom.test",
+        "api.custom.test",
+        "*.custom.test",
+        "b.example.org",
+        "*.a.lb.example.net",
+        "svc.a.lb.example.net",
+        "*.svc.a.lb.example.net",
+        "deep.svc.a.lb.example.net",
+    ];
+    const NAMESPACES: &[&str] = &["tenant-a", "tenant-b", "ops"];
+    const NAMES: &[&str] = &["one", "two", "three"];
+
+    fn created(dice: &mut Dice) -> String {
+        format!("2024-01-0{}T00:00:00Z", 1 + dice.roll(4))
+    }
+
+    /// One random document for `key` (kind, namespace, name).
+    fn document(dice: &mut Dice, kind: Kind, namespace: &str, name: &str) -> String {
+        let meta = format!(
+            "metadata: {{name: {name}, namespace: {namespace}, creationTimestamp: \"{}\"}}",
+            created(dice)
+        );
+        match kind {
+            Kind::Ingress => {
+                let rules: Vec<String> = (0..1 + dice.roll(2))
+                    .map(|_| format!("{{host: \"{}\"}}", dice.pick(HOSTS)))
+                    .collect();
+                // An authentication service by address: inside its own
+                // nodes, another tenant's, or none.
+                let auth = match dice.pick(&["", "10.1.0.7", "10.2.0.7"]) {
+                    "" => String::new(),
+                    ip => format!(
+                        ", annotations: {{nginx.ingress.kubernetes.io/auth-url: \"http://{ip}/auth\"}}"
+                    ),
+                };
+                let meta = format!("{}{auth}}}", meta.trim_end_matches('}'));
+                format!(
+                    "apiVersion: networking.k8s.io/v1\nkind: Ingress\n{meta}\nspec:\n  ingressClassName: teapot\n  rules: [{}]\n",
+                    rules.join(", ")
+                )
+            }
+            Kind::HttpRoute => format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n{meta}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [\"{}\"]\n",
+                dice.pick(HOSTS)
+            ),
+            Kind::Service => {
+                let ty = dice.pick(&["ClusterIP", "ClusterIP", "ExternalName"]);
+                format!(
+                    "apiVersion: v1\nkind: Service\n{meta}\nspec: {{type: {ty}, ports: [{{name: http, port: {}}}]}}\n",
+                    80 + dice.roll(3)
+                )
+            }
+            _ => {
+                let net = dice.pick(&["10.1", "10.2", "192.168"]);
+                format!(
+                    "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: {namespace}, creationTimestamp: \"{}\", labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [\"{net}.0.{}\"]}}]\n",
+                    created(dice),
+                    1 + dice.roll(9)
+                )
+            }
+        }
+    }
+
+    fn tenant(dice: &mut Dice, cluster: &str, net: &str) -> String {
+        let grant = dice.pick(&["shop.example.org", "example.org", "other.example.org"]);
+        let max = dice.pick(&["500", "1000", "100000"]);
+        format!(
+            "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {cluster}}}\nspec: {{cluster: {cluster}, allowedDomains: [{grant}], nodeCIDRs: [{net}.0.0/16], limits: {{maxTotalBytes: {max}}}}}\n"
+        )
+    }
+
+    /// Each document loaded once: the same version is the same `Arc` in
+    /// every store built from it, as a reload leaves an unchanged object.
+    fn load(version: usize, text: &str) -> Store {
+        let mut loaded = Loaded::default();
+        let file = format!("v{version}.yaml");
+        load_text(Path::new(&file), text, &Store::default(), &mut loaded);
+        loaded.store
+    }
+
+    fn listing(store: &Store) -> Vec<(ObjectKey, String)> {
+        let mut out = Vec::new();
+        store.for_each_key(|key, origin| out.push((key, origin.file.display().to_string())));
+        out.sort();
+        out
+    }
+
+    fn refusals(problems: &[Problem]) -> Vec<(Option<String>, String, bool)> {
+        let mut out: Vec<_> = problems
+            .iter()
+            .map(|p| (p.object.clone(), p.message.clone(), p.kept_previous))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A wildcard added later is judged against the names one label
+    /// below it that others hold, though none of them changed.
+    #[test]
+    fn a_wildcard_added_meets_the_hosts_below_it() {
+        let tenant = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: a}\nspec: {cluster: a}\n";
+        let ingress = |namespace: &str, name: &str, host: &str| {
+            format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  ingressClassName: teapot\n  rules: [{{host: \"{host}\"}}]\n"
+            )
+        };
+        let mut verdicts = TenantVerdicts::default();
+        let mut store = load(
+            1,
+            &format!(
+                "{tenant}---\n{}",
+                ingress("ops", "svc", "svc.a.lb.example.net")
+            ),
+        );
+        let mut problems = Vec::new();
+        let refused = super::super::admit_cached(
+            &mut store,
+            &mut problems,
+            &Store::default(),
+            DOMAIN,
+            &[],
+            &mut verdicts,
+            None,
+        );
+        assert!(refused.is_empty(), "{problems:?}");
+        let wildcard = load(2, &ingress("tenant-a", "all", "*.a.lb.example.net"));
+        let key = ObjectKey {
+            kind: Kind::Ingress,
+            namespace: "tenant-a".into(),
+            name: "all".into(),
+        };
+        store.retain_from(&wildcard, &key);
+        let refused = super::super::admit_cached(
+            &mut store,
+            &mut problems,
+            &Store::default(),
+            DOMAIN,
+            &[],
+            &mut verdicts,
+            Some(std::slice::from_ref(&key)),
+        );
+        assert_eq!(refused, [key], "{problems:?}");
+        assert_eq!(verdicts.judged(), 1, "the one object changed");
+    }
+
+    /// Random changes to a store of tenants' and the operator's objects,
+    /// each admitted by difference from the last admission and by the
+    /// reference, one pass over every object (module `reference`): the
+    /// stores, refusals and problems agree.
+    #[test]
+    fn by_difference_equals_a_full_pass() {
+        let (mut reused, mut seen) = (0, BTreeMap::<&str, usize>::new());
+        for seed in 1..=12u64 {
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491));
+            let mut version = 0;
+            let mut docs: BTreeMap<ObjectKey, Store> = BTreeMap::new();
+            let mut put = |docs: &mut BTreeMap<ObjectKey, Store>, key: ObjectKey, text: String| {
+                version += 1;
+                docs.insert(key, load(version, &text));
+            };
+            for (cluster, net) in [("a", "10.1"), ("b", "10.2")] {
+                let key = ObjectKey {
+                    kind: Kind::Tenant,
+                    namespace: String::new(),
+                    name: cluster.into(),
+                };
+                let text = tenant(&mut dice, cluster, net);
+                put(&mut docs, key, text);
+            }
+            let mut verdicts = TenantVerdicts::default();
+            let mut admitted = Store::default();
+            // As the kube source names them: the keys applied or removed
+            // since the last load, and those the last admission refused.
+            let mut diverged: Vec<ObjectKey> = Vec::new();
+            for step in 0..60 {
+                let mut changed: BTreeSet<ObjectKey> = diverged.drain(..).collect();
+                for _ in 0..1 + dice.roll(4) {
+                    let kind = [
+                        Kind::Ingress,
+                        Kind::Ingress,
+                        Kind::HttpRoute,
+                        Kind::Service,
+                        Kind::EndpointSlice,
+                    ][dice.roll(5)];
+                    let key = ObjectKey {
+                        kind,
+                        namespace: dice.pick(NAMESPACES).into(),
+                        name: dice.pick(NAMES).into(),
+                    };
+                    changed.insert(key.clone());
+                    match dice.roll(4) {
+                        0 => drop(docs.remove(&key)),
+                        _ => {
+                            let text = document(&mut dice, kind, &key.namespace, &key.name);
+                            put(&mut docs, key, text);
+                        }
+                    }
+                }
+                // Now and then a Tenant changes: every verdict goes.
+                if dice.roll(15) == 0 {
+                    let (cluster, net) = [("a", "10.1"), ("b", "10.2")][dice.roll(2)];
+                    let key = ObjectKey {
+                        kind: Kind::Tenant,
+                        namespace: String::new(),
+                        name: cluster.into(),
+                    };
+                    changed.insert(key.clone());
+                    let text = tenant(&mut dice, cluster, net);
+                    put(&mut docs, key, text);
+                }
+                let keys: Vec<ObjectKey> = changed.into_iter().collect();
+                // A whole load now and then: every object walked.
+                let changed = (dice.roll(4) != 0).then_some(keys.as_slice());
+                // Half the seeds as the kube source gives a load (every
+                // object, the refused ones as written again), half as a
+                // directory read by name does (the admitted store with the
+                // changed objects replaced).
+                let mut store = Store::default();
+                if seed % 2 == 0 {
+                    for (key, doc) in &docs {
+                        store.retain_from(doc, key);
+                    }
+                } else {
+                    store = admitted.clone();
+                    for key in &keys {
+                        store.remove(key);
+                        if let Some(doc) = docs.get(key) {
+                            store.retain_from(doc, key);
+                        }
+                    }
+                }
+                let (mut by_difference, mut full) = (store.clone(), store);
+                let (mut problems, mut full_problems) = (Vec::new(), Vec::new());
+                let refused = super::super::admit_cached(
+                    &mut by_difference,
+                    &mut problems,
+                    &admitted,
+                    DOMAIN,
+                    &[],
+                    &mut verdicts,
+                    changed,
+                );
+                let full_refused = super::super::reference::reference_admit(
+                    &mut full,
+                    &mut full_problems,
+                    &admitted,
+                    DOMAIN,
+                    &[],
+                );
+                let at = format!("seed {seed}, step {step}");
+                assert_eq!(refused, full_refused, "{at}");
+                assert_eq!(refusals(&problems), refusals(&full_problems), "{at}");
+                assert_eq!(listing(&by_difference), listing(&full), "{at}");
+                reused += verdicts.reused();
+                for p in &problems {
+                    let why = [
+                        "authentication service",
+                        "overlaps a host",
+                        "maxTotalBytes",
+                        "outside",
+                        "ExternalName",
+                    ]
+                    .into_iter()
+                    .find(|w| p.message.contains(w))
+                    .unwrap_or("other");
+                    *seen.entry(why).or_default() += 1;
+                }
+                if seed % 2 == 0 {
+                    diverged = refused;
+                }
+                admitted = by_difference;
+            }
+        }
+        // The walk reused verdicts, and refused for every reason above.
+        assert!(reused > 1000, "{reused}");
+        let reasons = [
+            "overlaps a host",
+            "maxTotalBytes",
+            "outside",
+            "ExternalName",
+            "authentication service",
+        ];
+        assert!(reasons.iter().all(|r| seen.get(r) > Some(&10)), "{seen:?}");
+    }
+}
