@@ -1341,6 +1341,62 @@ mod tests {
         assert_eq!(verdicts.judged(), 1, "the one object changed");
     }
 
+    /// One tenant's route change judges its own claim, whatever the
+    /// fleet holds; a claim on a name others claim too (a custom domain
+    /// anyone may ask for) judges those claims with it, and no more.
+    #[test]
+    fn a_change_judges_the_claims_its_names_touch() {
+        let mut docs = Vec::new();
+        for t in 0..30 {
+            docs.push(format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: t{t}}}\nspec: {{cluster: t{t}}}\n"
+            ));
+            for i in 0..10 {
+                // Five tenants also ask for one custom domain.
+                let host = match (t < 5, i) {
+                    (true, 0) => "shop.custom.test".to_string(),
+                    _ => format!("app{i}.t{t}.lb.example.net"),
+                };
+                docs.push(format!(
+                    "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i{i}, namespace: tenant-t{t}, creationTimestamp: \"2024-01-01T00:00:{i:02}Z\"}}\nspec:\n  ingressClassName: teapot\n  rules: [{{host: \"{host}\"}}]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: tenant-t{t}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
+                ));
+            }
+        }
+        let mut store = load(1, &docs.join("---\n"));
+        let mut verdicts = TenantVerdicts::default();
+        let mut problems = Vec::new();
+        let mut admit = |store: &mut Store, changed: Option<&[ObjectKey]>| {
+            super::super::admit_cached(
+                store,
+                &mut problems,
+                &Store::default(),
+                DOMAIN,
+                &[],
+                &mut verdicts,
+                changed,
+            );
+            verdicts.judged()
+        };
+        assert_eq!(admit(&mut store, None), 600, "the first load judges all");
+        let change = |store: &mut Store, namespace: &str, name: &str, host: &str, version| {
+            let text = format!(
+                "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: {namespace}, creationTimestamp: \"2024-01-01T00:00:30Z\"}}\nspec:\n  ingressClassName: teapot\n  rules: [{{host: \"{host}\"}}]\n"
+            );
+            let key = ObjectKey {
+                kind: Kind::Ingress,
+                namespace: namespace.into(),
+                name: name.into(),
+            };
+            store.retain_from(&load(version, &text), &key);
+            vec![key]
+        };
+        let own = change(&mut store, "tenant-t20", "i3", "new.t20.lb.example.net", 2);
+        assert_eq!(admit(&mut store, Some(&own)), 1, "its own claim alone");
+        let shared = change(&mut store, "tenant-t2", "i0", "www.custom.test", 3);
+        // The claim changed, and the four others on the name it left.
+        assert_eq!(admit(&mut store, Some(&shared)), 5);
+    }
+
     /// Random changes to a store of tenants' and the operator's objects,
     /// each admitted by difference from the last admission and by the
     /// reference, one pass over every object (module `reference`): the
