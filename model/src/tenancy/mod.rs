@@ -255,6 +255,48 @@ pub fn admit_slice_changes(
     Ok(())
 }
 
+/// Takes each refused object out of `loaded`, puts its previous version
+/// back where `previous` has one, and reports it (a version put back by
+/// the first pass and refused again by the second marks the first pass's
+/// report); returns whether any was put back.
+fn refuse(
+    loaded: &mut Store,
+    problems: &mut Vec<Problem>,
+    previous: Option<&Store>,
+    refused: Vec<(ObjectKey, crate::store::Origin, Vec<Violation>)>,
+    refused_keys: &mut Vec<ObjectKey>,
+) -> bool {
+    let mut kept_any = false;
+    for (key, origin, violations) in refused {
+        refused_keys.push(key.clone());
+        loaded.remove(&key);
+        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
+        kept_any |= kept;
+        let object = key.to_string();
+        if previous.is_none()
+            && let Some(p) = problems
+                .iter_mut()
+                .find(|p| p.object.as_deref() == Some(&object))
+        {
+            // The version put back by the first pass failed as well.
+            p.kept_previous = false;
+            continue;
+        }
+        problems.push(Problem {
+            file: origin.file.to_path_buf(),
+            document: origin.document,
+            object: Some(object),
+            field: violations.first().map(|v| v.field.clone()),
+            message: format!(
+                "refused by the tenant policy: {}",
+                admission::summarize(&violations, 10)
+            ),
+            kept_previous: kept,
+        });
+    }
+    kept_any
+}
+
 /// What a tenant namespace's admitted objects weighed against
 /// `maxTotalBytes` in the last admission ([`over_total`]): an
 /// EndpointSlice change alone is judged against it

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::Ingress;
+use teapot_api::Tenant;
 use teapot_api::admission::{self, AdmissionContext, Holder, Holdings, TenantObjectRef, Violation};
 use teapot_api::regex::RegexCost;
-use teapot_api::{HostPattern, Tenant};
 
 use super::{Weight, claimed_hosts, judge_slice, key};
 use crate::manifests::Problem;
@@ -144,21 +144,9 @@ fn reference_pass(
             continue;
         }
         let holder = Holder::Tenant(tenant.spec.cluster.clone());
-        if let TenantObjectRef::Ingress(ingress) = c.object {
-            let spec = ingress.spec.as_ref();
-            let rule_hosts = spec
-                .into_iter()
-                .flat_map(|s| s.rules.iter().flatten())
-                .filter_map(|r| r.host.as_deref());
-            let tls_hosts = spec
-                .into_iter()
-                .flat_map(|s| s.tls.iter().flatten())
-                .flat_map(|t| t.hosts.iter().flatten())
-                .map(String::as_str);
-            for host in rule_hosts.chain(tls_hosts) {
-                if let Ok(host) = HostPattern::parse(host) {
-                    holdings.insert(holder.clone(), &host);
-                }
+        if let TenantObjectRef::Ingress(_) = c.object {
+            for host in super::verdicts::held_hosts(c.object) {
+                holdings.insert(holder.clone(), &host);
             }
         } else {
             for host in claimed_hosts(c.object) {
@@ -322,35 +310,7 @@ fn reference_pass(
     }
     refused.extend(over_total(loaded_bytes, &by_namespace, &mut HashMap::new()));
 
-    let mut kept_any = false;
-    for (key, origin, violations) in refused {
-        refused_keys.push(key.clone());
-        loaded.remove(&key);
-        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
-        kept_any |= kept;
-        let object = key.to_string();
-        if previous.is_none()
-            && let Some(p) = problems
-                .iter_mut()
-                .find(|p| p.object.as_deref() == Some(&object))
-        {
-            // The version put back by the first pass failed as well.
-            p.kept_previous = false;
-            continue;
-        }
-        problems.push(Problem {
-            file: origin.file.to_path_buf(),
-            document: origin.document,
-            object: Some(object),
-            field: violations.first().map(|v| v.field.clone()),
-            message: format!(
-                "refused by the tenant policy: {}",
-                admission::summarize(&violations, 10)
-            ),
-            kept_previous: kept,
-        });
-    }
-    kept_any
+    super::refuse(loaded, problems, previous, refused, refused_keys)
 }
 
 /// An object that claims hosts, in the order of the first-claimant rule.

@@ -35,7 +35,7 @@ use teapot_api::{HostPattern, Tenant};
 
 use super::{Weighed, Weight, claimed_hosts, judge_slice, key, over_total};
 use crate::manifests::Problem;
-use crate::store::{FastHashMap, Kind, NsName, ObjectKey, Store};
+use crate::store::{FastHashMap, Kind, NsName, ObjectKey, Store, Stored};
 
 /// The tenant check's verdicts, kept from one load to the next
 /// ([`super::admit_cached`]).
@@ -536,7 +536,7 @@ fn claimant<'s>(store: &'s Store, kind: Kind, id: &NsName) -> Option<TenantObjec
 
 /// The hosts a claimant holds once admitted: an Ingress's rule and TLS
 /// hosts, a Gateway API object's hostnames.
-fn held_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
+pub(super) fn held_hosts(object: TenantObjectRef<'_>) -> Vec<HostPattern> {
     match object {
         TenantObjectRef::Ingress(ingress) => {
             let spec = ingress.spec.as_ref();
@@ -672,251 +672,213 @@ impl<'s> Walk<'_, 's> {
         self.touched.insert(id.namespace.clone());
     }
 
-    fn service(&mut self, id: &NsName, s: &Arc<crate::service::CompactService>) {
-        // The compact form keeps every field (crate::service): the rules
-        // judge, and the quota weighs, the Service as written.
-        self.other(Kind::Service, id, s, |ctx| {
-            let typed = s.to_typed();
-            judge(ctx, &id.namespace, TenantObjectRef::Service(&typed))
-        });
-    }
-
-    /// The rules run on what the proxy kept of a slice, which is all it
-    /// acts on (crate::endpoints), plus what was found in the dropped
-    /// fields; the quota counts the slice as written.
-    fn slice(&mut self, id: &NsName, s: &Arc<crate::endpoints::CompactSlice>) {
-        self.other(Kind::EndpointSlice, id, s, |ctx| {
-            let violations = judge_slice(ctx, &id.namespace, s);
-            let created = s.metadata.creation_timestamp.clone();
-            (violations, s.source_bytes(), created)
-        });
-    }
-
-    /// A refusal standing in a policy's place (its metadata and
-    /// targetRefs alone, crate::validate::Parsed::Refused) refuses its own
-    /// namespace's routes; judged, it would be dropped for setting nothing
-    /// and leave them without what the tenant asked for.
-    fn policy_judged(&self, id: &NsName) -> bool {
-        !self.store.refused_route_traffic_policies.contains_key(id)
-    }
-
     /// Every object of the store.
     fn everything(&mut self) {
-        let store = self.store;
-        for (id, s) in &store.ingresses {
-            self.claim(
-                Kind::Ingress,
-                id,
-                &s.object,
-                TenantObjectRef::Ingress(&s.object),
-            );
-        }
-        for (id, s) in &store.gateways {
-            self.claim(
-                Kind::Gateway,
-                id,
-                &s.object,
-                TenantObjectRef::Gateway(&s.object),
-            );
-        }
-        for (id, s) in &store.listener_sets {
-            let as_ref = TenantObjectRef::ListenerSet(&s.object.set);
-            self.claim(Kind::ListenerSet, id, &s.object, as_ref);
-        }
-        for (id, s) in &store.http_routes {
-            self.claim(
-                Kind::HttpRoute,
-                id,
-                &s.object,
-                TenantObjectRef::HttpRoute(&s.object),
-            );
-        }
-        for (id, s) in &store.grpc_routes {
-            self.claim(
-                Kind::GrpcRoute,
-                id,
-                &s.object,
-                TenantObjectRef::GrpcRoute(&s.object),
-            );
-        }
-        for (id, s) in &store.tls_routes {
-            self.claim(
-                Kind::TlsRoute,
-                id,
-                &s.object,
-                TenantObjectRef::TlsRoute(&s.object),
-            );
-        }
-        for (id, s) in &store.services {
-            self.service(id, &s.object);
-        }
-        for (id, s) in &store.secrets {
-            self.other(Kind::Secret, id, &s.object, |ctx| {
-                judge(
-                    ctx,
-                    &id.namespace,
-                    TenantObjectRef::Secret(&s.object.source),
-                )
-            });
-        }
-        for (id, s) in &store.ca_secrets {
-            self.other(Kind::Secret, id, &s.object, |ctx| {
-                judge(ctx, &id.namespace, TenantObjectRef::Secret(&s.object))
-            });
-        }
-        for (id, s) in &store.tcp_routes {
-            self.other(Kind::TcpRoute, id, &s.object, |ctx| {
-                judge(ctx, &id.namespace, TenantObjectRef::TcpRoute(&s.object))
-            });
-        }
-        for (id, s) in &store.udp_routes {
-            self.other(Kind::UdpRoute, id, &s.object, |ctx| {
-                judge(ctx, &id.namespace, TenantObjectRef::UdpRoute(&s.object))
-            });
-        }
-        for (id, s) in &store.reference_grants {
-            self.other(Kind::ReferenceGrant, id, &s.object, |ctx| {
-                judge(
-                    ctx,
-                    &id.namespace,
-                    TenantObjectRef::ReferenceGrant(&s.object),
-                )
-            });
-        }
-        for (id, s) in &store.backend_tls_policies {
-            self.other(Kind::BackendTlsPolicy, id, &s.object, |ctx| {
-                judge(
-                    ctx,
-                    &id.namespace,
-                    TenantObjectRef::BackendTlsPolicy(&s.object),
-                )
-            });
-        }
-        for (id, s) in &store.route_traffic_policies {
-            if self.policy_judged(id) {
-                self.other(Kind::RouteTrafficPolicy, id, &s.object, |ctx| {
-                    judge(
-                        ctx,
-                        &id.namespace,
-                        TenantObjectRef::RouteTrafficPolicy(&s.object),
-                    )
-                });
-            }
-        }
-        for (id, s) in &store.config_maps {
-            self.other(Kind::ConfigMap, id, &s.object, |ctx| {
-                judge(ctx, &id.namespace, TenantObjectRef::ConfigMap(&s.object))
-            });
-        }
-        for (id, s) in &store.endpoint_slices {
-            self.slice(id, &s.object);
+        for kind in JUDGED_KINDS {
+            self.kind(kind, None);
         }
     }
 
     /// The object at `key`, as [`Self::everything`] sees it, or gone.
     fn key(&mut self, key: &ObjectKey) {
-        let store = self.store;
-        let id = NsName::new(key.namespace.clone(), key.name.clone());
-        let id = &id;
-        let kind = key.kind;
-        let seen = match kind {
-            Kind::Ingress => store.ingresses.get(id).map(|s| {
-                self.claim(kind, id, &s.object, TenantObjectRef::Ingress(&s.object));
-            }),
-            Kind::Gateway => store.gateways.get(id).map(|s| {
-                self.claim(kind, id, &s.object, TenantObjectRef::Gateway(&s.object));
-            }),
-            Kind::ListenerSet => store.listener_sets.get(id).map(|s| {
-                let as_ref = TenantObjectRef::ListenerSet(&s.object.set);
-                self.claim(kind, id, &s.object, as_ref);
-            }),
-            Kind::HttpRoute => store.http_routes.get(id).map(|s| {
-                self.claim(kind, id, &s.object, TenantObjectRef::HttpRoute(&s.object));
-            }),
-            Kind::GrpcRoute => store.grpc_routes.get(id).map(|s| {
-                self.claim(kind, id, &s.object, TenantObjectRef::GrpcRoute(&s.object));
-            }),
-            Kind::TlsRoute => store.tls_routes.get(id).map(|s| {
-                self.claim(kind, id, &s.object, TenantObjectRef::TlsRoute(&s.object));
-            }),
-            Kind::Service => store.services.get(id).map(|s| self.service(id, &s.object)),
-            Kind::Secret => match (store.secrets.get(id), store.ca_secrets.get(id)) {
-                (Some(s), _) => {
-                    self.other(kind, id, &s.object, |ctx| {
-                        judge(
-                            ctx,
-                            &id.namespace,
-                            TenantObjectRef::Secret(&s.object.source),
-                        )
-                    });
-                    Some(())
-                }
-                (None, Some(s)) => {
-                    self.other(kind, id, &s.object, |ctx| {
-                        judge(ctx, &id.namespace, TenantObjectRef::Secret(&s.object))
-                    });
-                    Some(())
-                }
-                (None, None) => None,
-            },
-            Kind::TcpRoute => store.tcp_routes.get(id).map(|s| {
-                self.other(kind, id, &s.object, |ctx| {
-                    judge(ctx, &id.namespace, TenantObjectRef::TcpRoute(&s.object))
-                })
-            }),
-            Kind::UdpRoute => store.udp_routes.get(id).map(|s| {
-                self.other(kind, id, &s.object, |ctx| {
-                    judge(ctx, &id.namespace, TenantObjectRef::UdpRoute(&s.object))
-                })
-            }),
-            Kind::ReferenceGrant => store.reference_grants.get(id).map(|s| {
-                self.other(kind, id, &s.object, |ctx| {
-                    judge(
-                        ctx,
-                        &id.namespace,
-                        TenantObjectRef::ReferenceGrant(&s.object),
-                    )
-                })
-            }),
-            Kind::BackendTlsPolicy => store.backend_tls_policies.get(id).map(|s| {
-                self.other(kind, id, &s.object, |ctx| {
-                    judge(
-                        ctx,
-                        &id.namespace,
-                        TenantObjectRef::BackendTlsPolicy(&s.object),
-                    )
-                })
-            }),
-            Kind::RouteTrafficPolicy => store
-                .route_traffic_policies
-                .get(id)
-                .filter(|_| self.policy_judged(id))
-                .map(|s| {
-                    self.other(kind, id, &s.object, |ctx| {
-                        judge(
-                            ctx,
-                            &id.namespace,
-                            TenantObjectRef::RouteTrafficPolicy(&s.object),
-                        )
-                    })
-                }),
-            Kind::ConfigMap => store.config_maps.get(id).map(|s| {
-                self.other(kind, id, &s.object, |ctx| {
-                    judge(ctx, &id.namespace, TenantObjectRef::ConfigMap(&s.object))
-                })
-            }),
-            Kind::EndpointSlice => store
-                .endpoint_slices
-                .get(id)
-                .map(|s| self.slice(id, &s.object)),
-            // Cluster-scoped kinds: a Tenant's change drops every verdict
-            // (TenantVerdicts::begin); the rest are not judged.
-            _ => Some(()),
-        };
-        if seen.is_none() {
-            self.gone(kind, id);
+        let id = &NsName::new(key.namespace.clone(), key.name.clone());
+        if !self.kind(key.kind, Some(id)) {
+            self.gone(key.kind, id);
         }
     }
+
+    /// The objects of `kind`, every one or the one at `only`, seen;
+    /// whether there was any.
+    fn kind(&mut self, kind: Kind, only: Option<&NsName>) -> bool {
+        let store = self.store;
+        match kind {
+            Kind::Ingress => self.claims(kind, store.ingresses.pick(only), |o| {
+                TenantObjectRef::Ingress(o)
+            }),
+            Kind::Gateway => self.claims(kind, store.gateways.pick(only), |o| {
+                TenantObjectRef::Gateway(o)
+            }),
+            Kind::ListenerSet => self.claims(kind, store.listener_sets.pick(only), listener_set),
+            Kind::HttpRoute => self.claims(kind, store.http_routes.pick(only), |o| {
+                TenantObjectRef::HttpRoute(o)
+            }),
+            Kind::GrpcRoute => self.claims(kind, store.grpc_routes.pick(only), |o| {
+                TenantObjectRef::GrpcRoute(o)
+            }),
+            Kind::TlsRoute => self.claims(kind, store.tls_routes.pick(only), |o| {
+                TenantObjectRef::TlsRoute(o)
+            }),
+            // The compact form keeps every field (crate::service): the
+            // rules judge, and the quota weighs, the Service as written.
+            Kind::Service => self.judged(kind, store.services.pick(only), |ctx, id, s| {
+                let typed = s.to_typed();
+                judge(ctx, &id.namespace, TenantObjectRef::Service(&typed))
+            }),
+            // Two maps of one kind: a name is in one or the other.
+            Kind::Secret => {
+                self.others(kind, store.secrets.pick(only), tls_secret)
+                    | self.others(kind, store.ca_secrets.pick(only), |o| {
+                        TenantObjectRef::Secret(o)
+                    })
+            }
+            Kind::TcpRoute => self.others(kind, store.tcp_routes.pick(only), |o| {
+                TenantObjectRef::TcpRoute(o)
+            }),
+            Kind::UdpRoute => self.others(kind, store.udp_routes.pick(only), |o| {
+                TenantObjectRef::UdpRoute(o)
+            }),
+            Kind::ReferenceGrant => self.others(kind, store.reference_grants.pick(only), |o| {
+                TenantObjectRef::ReferenceGrant(o)
+            }),
+            Kind::BackendTlsPolicy => {
+                self.others(kind, store.backend_tls_policies.pick(only), |o| {
+                    TenantObjectRef::BackendTlsPolicy(o)
+                })
+            }
+            Kind::RouteTrafficPolicy => {
+                let policies = judged_policies(store, store.route_traffic_policies.pick(only));
+                self.others(kind, policies, |o| TenantObjectRef::RouteTrafficPolicy(o))
+            }
+            Kind::ConfigMap => self.others(kind, store.config_maps.pick(only), |o| {
+                TenantObjectRef::ConfigMap(o)
+            }),
+            // The rules run on what the proxy kept of a slice, which is
+            // all it acts on (crate::endpoints), plus what was found in
+            // the dropped fields; the quota counts the slice as written.
+            Kind::EndpointSlice => {
+                self.judged(kind, store.endpoint_slices.pick(only), |ctx, id, s| {
+                    let created = s.metadata.creation_timestamp.clone();
+                    (
+                        judge_slice(ctx, &id.namespace, s),
+                        s.source_bytes(),
+                        created,
+                    )
+                })
+            }
+            // Cluster-scoped kinds: a Tenant's change drops every verdict
+            // (TenantVerdicts::begin); the rest are not judged.
+            _ => true,
+        }
+    }
+
+    /// Objects that claim hosts; whether there were any.
+    fn claims<'m, T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        objects: impl IntoIterator<Item = (&'m NsName, &'m Stored<T>)>,
+        as_ref: fn(&T) -> TenantObjectRef<'_>,
+    ) -> bool {
+        let mut any = false;
+        for (id, s) in objects {
+            self.claim(kind, id, &s.object, as_ref(&s.object));
+            any = true;
+        }
+        any
+    }
+
+    /// Objects of the other kinds, judged as written; whether there were
+    /// any.
+    fn others<'m, T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        objects: impl IntoIterator<Item = (&'m NsName, &'m Stored<T>)>,
+        as_ref: fn(&T) -> TenantObjectRef<'_>,
+    ) -> bool {
+        self.judged(kind, objects, |ctx, id, o| {
+            judge(ctx, &id.namespace, as_ref(o))
+        })
+    }
+
+    /// Objects judged by `judge` unless the same as last time; whether
+    /// there were any.
+    fn judged<'m, T: Any + Send + Sync>(
+        &mut self,
+        kind: Kind,
+        objects: impl IntoIterator<Item = (&'m NsName, &'m Stored<T>)>,
+        judge: impl Fn(&AdmissionContext<'_>, &NsName, &T) -> (Vec<Violation>, usize, Option<Time>),
+    ) -> bool {
+        let mut any = false;
+        for (id, s) in objects {
+            self.other(kind, id, &s.object, |ctx| judge(ctx, id, &s.object));
+            any = true;
+        }
+        any
+    }
+}
+
+/// The kinds the check judges (or, claiming hosts, holds).
+const JUDGED_KINDS: [Kind; 15] = [
+    Kind::Ingress,
+    Kind::Gateway,
+    Kind::ListenerSet,
+    Kind::HttpRoute,
+    Kind::GrpcRoute,
+    Kind::TlsRoute,
+    Kind::Service,
+    Kind::Secret,
+    Kind::TcpRoute,
+    Kind::UdpRoute,
+    Kind::ReferenceGrant,
+    Kind::BackendTlsPolicy,
+    Kind::RouteTrafficPolicy,
+    Kind::ConfigMap,
+    Kind::EndpointSlice,
+];
+
+/// A store map's objects: every one, or the one at `only`.
+trait Pick<T> {
+    fn pick<'m>(&'m self, only: Option<&NsName>) -> Picked<'m, T>;
+}
+
+type Picked<'m, T> = Box<dyn Iterator<Item = (&'m NsName, &'m Stored<T>)> + 'm>;
+
+impl<T> Pick<T> for std::collections::BTreeMap<NsName, Stored<T>> {
+    fn pick<'m>(&'m self, only: Option<&NsName>) -> Picked<'m, T> {
+        match only {
+            None => Box::new(self.iter()),
+            Some(id) => Box::new(self.get_key_value(id).into_iter()),
+        }
+    }
+}
+
+impl<T> Pick<T> for FastHashMap<NsName, Stored<T>> {
+    fn pick<'m>(&'m self, only: Option<&NsName>) -> Picked<'m, T> {
+        match only {
+            None => Box::new(self.iter()),
+            Some(id) => Box::new(self.get_key_value(id).into_iter()),
+        }
+    }
+}
+
+fn listener_set(stored: &crate::store::StoredListenerSet) -> TenantObjectRef<'_> {
+    TenantObjectRef::ListenerSet(&stored.set)
+}
+
+fn tls_secret(secret: &crate::store::TlsSecret) -> TenantObjectRef<'_> {
+    TenantObjectRef::Secret(&secret.source)
+}
+
+/// A refusal standing in a policy's place (its metadata and targetRefs
+/// alone, crate::validate::Parsed::Refused) refuses its own namespace's
+/// routes; judged, it would be dropped for setting nothing and leave them
+/// without what the tenant asked for.
+fn judged_policies<'m>(
+    store: &'m Store,
+    policies: impl IntoIterator<
+        Item = (
+            &'m NsName,
+            &'m Stored<teapot_api::route_policy::RouteTrafficPolicy>,
+        ),
+    >,
+) -> impl Iterator<
+    Item = (
+        &'m NsName,
+        &'m Stored<teapot_api::route_policy::RouteTrafficPolicy>,
+    ),
+> {
+    policies
+        .into_iter()
+        .filter(|(id, _)| !store.refused_route_traffic_policies.contains_key(*id))
 }
 
 /// One pass of the tenant check over `loaded`, by difference from the
@@ -1033,8 +995,11 @@ pub(super) fn admit_pass(
         if let Some(j) = verdicts.entry(kind, &id) {
             j.size = size;
             j.created = object.creation_timestamp().cloned();
+            // What its patterns cost, for its tenant's limits: only once
+            // the rules admitted it, which bound how many it may have.
             j.regex = match kind {
                 Kind::Ingress => RegexCost::default(),
+                _ if !admitted => RegexCost::default(),
                 _ => admission::object_regex_cost(object),
             };
         }
@@ -1125,38 +1090,13 @@ pub(super) fn admit_pass(
         }
     }
 
-    let mut kept_any = false;
-    for (key, violations) in refused {
-        let Some(origin) = loaded.origin(&key).cloned() else {
-            continue;
-        };
-        refused_keys.push(key.clone());
-        loaded.remove(&key);
-        let kept = previous.is_some_and(|p| loaded.retain_from(p, &key));
-        kept_any |= kept;
-        let object = key.to_string();
-        if previous.is_none()
-            && let Some(p) = problems
-                .iter_mut()
-                .find(|p| p.object.as_deref() == Some(&object))
-        {
-            // The version put back by the first pass failed as well.
-            p.kept_previous = false;
-            continue;
-        }
-        problems.push(Problem {
-            file: origin.file.to_path_buf(),
-            document: origin.document,
-            object: Some(object),
-            field: violations.first().map(|v| v.field.clone()),
-            message: format!(
-                "refused by the tenant policy: {}",
-                admission::summarize(&violations, 10)
-            ),
-            kept_previous: kept,
-        });
-    }
-    kept_any
+    let refused = refused
+        .into_iter()
+        .filter_map(|(key, violations)| {
+            Some((key.clone(), loaded.origin(&key)?.clone(), violations))
+        })
+        .collect();
+    super::refuse(loaded, problems, previous, refused, refused_keys)
 }
 
 #[cfg(test)]
