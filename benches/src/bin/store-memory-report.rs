@@ -51,6 +51,12 @@ struct Args {
     /// no files) and its first compile instead.
     #[arg(long, conflicts_with = "dir")]
     synthetic: bool,
+    /// Every namespace a Tenant's (`tenant-ns<k>`, granted its hosts and
+    /// its endpoints' addresses, its EndpointSlices the agent's), as
+    /// `benches/tenant-route-change.py` writes it: the tenant check keeps
+    /// its verdicts.
+    #[arg(long, conflicts_with = "dir")]
+    tenants: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,7 +68,11 @@ fn main() -> anyhow::Result<()> {
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
         None => {
-            write_world(tmp.path(), args.ingresses, args.bookkeeping)?;
+            let world = World {
+                bookkeeping: args.bookkeeping,
+                tenants: args.tenants,
+            };
+            write_world(tmp.path(), args.ingresses, world)?;
             tmp.path().to_path_buf()
         }
     };
@@ -137,18 +147,46 @@ fn synthetic(ingresses: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The world of `benches/endpoint-churn.py`.
-fn write_world(dir: &Path, ingresses: usize, bookkeeping: bool) -> anyhow::Result<()> {
+/// What [`write_world`] adds to its namespaces.
+#[derive(Clone, Copy)]
+struct World {
+    bookkeeping: bool,
+    tenants: bool,
+}
+
+/// The world of `benches/endpoint-churn.py` (namespaces `ns<k>`), or with
+/// `tenants` that of `benches/tenant-route-change.py` (`tenant-ns<k>`,
+/// each with its Tenant; endpoints at `10.<k / 256>.<k % 256>.<i + 1>`).
+fn write_world(dir: &Path, ingresses: usize, world: World) -> anyhow::Result<()> {
+    let bookkeeping = world.bookkeeping;
     for k in 0..ingresses / PER_NAMESPACE {
-        let ns = format!("ns{k}");
+        let (ns, host_ns) = match world.tenants {
+            true => (format!("tenant-ns{k}"), format!("ns{k}")),
+            false => (format!("ns{k}"), format!("ns{k}")),
+        };
+        let network = format!("10.{}.{}", k / 256, k % 256);
         let mut routes = Vec::new();
         let mut slices = Vec::new();
+        if world.tenants {
+            routes.push(format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {host_ns}}}\nspec: {{cluster: {host_ns}, allowedDomains: [{host_ns}.bench.test], nodeCIDRs: [\"{network}.0/24\"]}}\n"
+            ));
+        }
         for i in 0..PER_NAMESPACE {
             let service_spec = "{ports: [{name: http, port: 80}]}";
             let ingress_spec = format!(
-                "{{ingressClassName: teapot, rules: [{{host: h{i}.{ns}.bench.test, http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}}}]}}"
+                "{{ingressClassName: teapot, rules: [{{host: h{i}.{host_ns}.bench.test, http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}}}]}}"
             );
-            let slice_body = "addressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [127.0.0.1], conditions: {ready: true}}]\n";
+            let (address, managed) = match world.tenants {
+                true => (
+                    format!("{network}.{}", i + 1),
+                    ", endpointslice.kubernetes.io/managed-by: sync.teapot.dev",
+                ),
+                false => ("127.0.0.1".to_string(), ""),
+            };
+            let slice_body = format!(
+                "addressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{{addresses: [{address}], conditions: {{ready: true}}}}]\n"
+            );
             let extra = |kind: &str, name: &str, spec: &str| {
                 if bookkeeping {
                     added(kind, &ns, name, spec)
@@ -165,7 +203,7 @@ fn write_world(dir: &Path, ingresses: usize, bookkeeping: bool) -> anyhow::Resul
                 extra("Ingress", &format!("i{i}"), &ingress_spec)
             ));
             slices.push(format!(
-                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s{i}-1\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: s{i}}}\n{}{slice_body}",
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s{i}-1\n  namespace: {ns}\n  labels: {{kubernetes.io/service-name: s{i}{managed}}}\n{}{slice_body}",
                 if bookkeeping { slice_managed_fields() } else { String::new() }
             ));
         }

@@ -413,6 +413,17 @@ fn over_total(
     (weight, out)
 }
 
+/// The store's Tenants, held apart from it: a pass refuses objects from
+/// the store while it reads them.
+fn tenants_owned(store: &Store) -> Vec<Arc<Tenant>> {
+    store.tenants.values().map(|t| t.object.clone()).collect()
+}
+
+/// Each Tenant by the namespace it holds.
+fn by_namespace(tenants: &[Arc<Tenant>]) -> HashMap<String, &Tenant> {
+    tenants.iter().map(|t| (t.namespace_name(), &**t)).collect()
+}
+
 fn key(kind: Kind, id: &NsName) -> ObjectKey {
     ObjectKey {
         kind,
@@ -445,16 +456,7 @@ mod tests {
                 "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [{cidr}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s-1, namespace: tenant-a, labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [{ip}]}}]\n"
             )
         };
-        let load = |text: &str, previous: &Store| {
-            let mut loaded = Loaded::default();
-            crate::manifests::load_text(
-                std::path::Path::new("t.yaml"),
-                text,
-                previous,
-                &mut loaded,
-            );
-            loaded
-        };
+        let load = read;
         let mut verdicts = TenantVerdicts::default();
         let mut first = load(&docs("10.1.0.0/24", "10.1.0.5"), &Store::default());
         admit_cached(
@@ -550,13 +552,7 @@ mod tests {
     #[test]
     fn a_refused_tenant_policy_stays_refused() {
         let text = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: acme}\nspec: {cluster: acme}\n---\napiVersion: teapot.dev/v1alpha1\nkind: RouteTrafficPolicy\nmetadata: {name: p, namespace: tenant-acme}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]\n  inFlightPerClient: 0\n";
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            text,
-            &Store::default(),
-            &mut loaded,
-        );
+        let mut loaded = read(text, &Store::default());
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
         admit(&mut loaded, &Store::default(), "example.net", &[]);
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
@@ -621,14 +617,7 @@ mod tests {
         let mut docs = vec![tenant("noisy", 1, 40_000), tenant("quiet", 2, 40_000)];
         docs.extend((0..20).map(|i| slice("tenant-noisy", 1, i)));
         docs.extend((0..2).map(|i| slice("tenant-quiet", 2, i)));
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            &docs.join("---\n"),
-            &Store::default(),
-            &mut loaded,
-        );
-        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let mut loaded = loaded(&docs.join("---\n"));
         let one = loaded
             .store
             .endpoint_slices
@@ -758,15 +747,16 @@ mod tests {
         );
     }
 
+    /// `text` read as one file over `previous`, problems and all.
+    fn read(text: &str, previous: &Store) -> Loaded {
+        let mut loaded = Loaded::default();
+        crate::manifests::load_text(std::path::Path::new("t.yaml"), text, previous, &mut loaded);
+        loaded
+    }
+
     /// `text` read as one file with no problem.
     fn loaded(text: &str) -> Loaded {
-        let mut loaded = Loaded::default();
-        crate::manifests::load_text(
-            std::path::Path::new("t.yaml"),
-            text,
-            &Store::default(),
-            &mut loaded,
-        );
+        let loaded = read(text, &Store::default());
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         loaded
     }

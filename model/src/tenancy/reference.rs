@@ -50,9 +50,8 @@ fn reference_pass(
         return false;
     }
     let store = &*loaded;
-    let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
-    let by_namespace: HashMap<String, &Tenant> =
-        tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
+    let tenants = super::tenants_owned(store);
+    let by_namespace = super::by_namespace(&tenants);
     let operator_ingresses: Vec<(String, Arc<Ingress>)> = store
         .ingresses
         .iter()

@@ -899,9 +899,8 @@ pub(super) fn admit_pass(
         return false;
     }
     let store = &*loaded;
-    let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
-    let by_namespace: HashMap<String, &Tenant> =
-        tenants.iter().map(|t| (t.namespace_name(), &**t)).collect();
+    let tenants = super::tenants_owned(store);
+    let by_namespace = super::by_namespace(&tenants);
     verdicts.pass = verdicts.pass.wrapping_add(1);
     verdicts.seen = 0;
     verdicts.judged = 0;
