@@ -75,7 +75,7 @@ pub(super) struct VerdictContext {
 
 #[derive(Debug, Default)]
 struct NamespaceVerdicts {
-    kinds: Vec<(Kind, FastHashMap<String, Judged>)>,
+    kinds: Vec<(Kind, FastHashMap<Box<str>, Judged>)>,
     /// What its admitted objects weigh against `maxTotalBytes`, and what
     /// that limit refuses (a tenant namespace's).
     weight: Weight,
@@ -83,7 +83,7 @@ struct NamespaceVerdicts {
 }
 
 impl NamespaceVerdicts {
-    fn kind(&mut self, kind: Kind) -> &mut FastHashMap<String, Judged> {
+    fn kind(&mut self, kind: Kind) -> &mut FastHashMap<Box<str>, Judged> {
         let at = match self.kinds.iter().position(|(k, _)| *k == kind) {
             Some(at) => at,
             None => {
@@ -101,37 +101,96 @@ impl NamespaceVerdicts {
 }
 
 /// One object's verdict, and what `maxTotalBytes` weighs of it.
+///
+/// One is kept per object of every tenant namespace (300k at 100k
+/// Ingresses), so it is packed into 64 bytes: the creation time as its
+/// two numbers (an `Option<Time>` takes 24), sizes as `u32`, no claim
+/// as [`NO_CLAIM`]. Its name is the map's key, a `Box<str>`.
 #[derive(Debug)]
 struct Judged {
     /// The object judged: the verdict stands while the store holds this
     /// very `Arc` (kept, so its address is not reused by another).
     object: Arc<dyn Any + Send + Sync>,
     /// `None`: not judged yet in this walk (a claimant waiting for its
-    /// turn), or an operator's claimant, which is not judged.
-    violations: Option<Vec<Violation>>,
-    size: usize,
-    regex: RegexCost,
-    created: Option<Time>,
-    /// Its slot in [`ClaimIndex`], for an object that claims hosts.
-    claim: Option<u32>,
+    /// turn), or an operator's claimant, which is not judged; empty:
+    /// admitted.
+    violations: Option<Box<[Violation]>>,
+    created_second: i64,
+    /// [`NO_TIME`] when the object has no creation time.
+    created_nanos: i32,
+    /// Its size as JSON, saturated at 4 GiB (the limits are far below).
+    size: u32,
+    regex_count: u32,
+    regex_bytes: u32,
+    /// Its slot in [`ClaimIndex`] for an object that claims hosts, else
+    /// [`NO_CLAIM`].
+    claim: u32,
     seen: u32,
 }
+
+/// [`Judged::created_nanos`] of an object without a creation time: out of
+/// a timestamp's range of nanoseconds.
+const NO_TIME: i32 = i32::MIN;
+/// [`Judged::claim`] of an object that claims no host.
+const NO_CLAIM: u32 = u32::MAX;
 
 impl Judged {
     fn new(object: Arc<dyn Any + Send + Sync>, seen: u32) -> Judged {
         Judged {
             object,
             violations: None,
+            created_second: 0,
+            created_nanos: NO_TIME,
             size: 0,
-            regex: RegexCost::default(),
-            created: None,
-            claim: None,
+            regex_count: 0,
+            regex_bytes: 0,
+            claim: NO_CLAIM,
             seen,
         }
     }
 
     fn admitted(&self) -> bool {
-        self.violations.as_ref().is_some_and(Vec::is_empty)
+        self.violations.as_ref().is_some_and(|v| v.is_empty())
+    }
+
+    fn created(&self) -> Option<Time> {
+        if self.created_nanos == NO_TIME {
+            return None;
+        }
+        k8s_openapi::jiff::Timestamp::new(self.created_second, self.created_nanos)
+            .ok()
+            .map(Time)
+    }
+
+    fn set_created(&mut self, created: Option<&Time>) {
+        (self.created_second, self.created_nanos) = match created {
+            Some(t) => (t.0.as_second(), t.0.subsec_nanosecond()),
+            None => (0, NO_TIME),
+        };
+    }
+
+    fn size(&self) -> usize {
+        self.size as usize
+    }
+
+    fn set_size(&mut self, size: usize) {
+        self.size = u32::try_from(size).unwrap_or(u32::MAX);
+    }
+
+    fn regex(&self) -> RegexCost {
+        RegexCost {
+            count: self.regex_count,
+            bytes: u64::from(self.regex_bytes),
+        }
+    }
+
+    fn set_regex(&mut self, cost: RegexCost) {
+        self.regex_count = cost.count;
+        self.regex_bytes = u32::try_from(cost.bytes).unwrap_or(u32::MAX);
+    }
+
+    fn claim(&self) -> Option<u32> {
+        (self.claim != NO_CLAIM).then_some(self.claim)
     }
 }
 
@@ -220,15 +279,15 @@ impl TenantVerdicts {
         match slice {
             Some(slice) => {
                 let mut judged = Judged::new(slice.clone(), self.pass);
-                judged.violations = Some(Vec::new());
-                judged.size = slice.source_bytes();
-                judged.created = slice.metadata.creation_timestamp.clone();
-                if map.insert(id.name.clone(), judged).is_none() {
+                judged.violations = Some(Box::default());
+                judged.set_size(slice.source_bytes());
+                judged.set_created(slice.metadata.creation_timestamp.as_ref());
+                if map.insert(Box::from(id.name.as_str()), judged).is_none() {
                     self.entries += 1;
                 }
             }
             None => {
-                if map.remove(&id.name).is_some() {
+                if map.remove(id.name.as_str()).is_some() {
                     self.entries -= 1;
                 }
             }
@@ -259,7 +318,7 @@ impl TenantVerdicts {
                 true
             }
             Some(j) => {
-                *old_claim = j.claim;
+                *old_claim = j.claim();
                 let object: Arc<dyn Any + Send + Sync> = object.clone();
                 *j = Judged::new(object, pass);
                 self.seen += 1;
@@ -267,7 +326,10 @@ impl TenantVerdicts {
                 false
             }
             None => {
-                map.insert(id.name.clone(), Judged::new(object.clone(), pass));
+                map.insert(
+                    Box::from(id.name.as_str()),
+                    Judged::new(object.clone(), pass),
+                );
                 self.entries += 1;
                 self.seen += 1;
                 false
@@ -291,8 +353,8 @@ impl TenantVerdicts {
         let Some(j) = self.entry(kind, id) else {
             return false;
         };
-        let changed = j.violations.as_ref() != Some(&violations);
-        j.violations = Some(violations);
+        let changed = j.violations.as_deref() != Some(&violations[..]);
+        j.violations = Some(violations.into_boxed_slice());
         if refused {
             self.refused.insert(key(kind, id));
         } else {
@@ -317,9 +379,9 @@ impl TenantVerdicts {
                         ObjectKey {
                             kind: *kind,
                             namespace: namespace.clone(),
-                            name: name.clone(),
+                            name: name.to_string(),
                         },
-                        j.claim,
+                        j.claim(),
                     ));
                     false
                 });
@@ -619,8 +681,8 @@ impl<'s> Walk<'_, 's> {
             names,
         });
         if let Some(j) = self.verdicts.entry(kind, id) {
-            j.claim = Some(slot);
-            j.created = as_ref.creation_timestamp().cloned();
+            j.claim = slot;
+            j.set_created(as_ref.creation_timestamp());
         }
         self.seeds.push(slot);
         self.touched.insert(id.namespace.clone());
@@ -647,8 +709,8 @@ impl<'s> Walk<'_, 's> {
         let (violations, size, created) = judge(&ctx);
         self.verdicts.judged += 1;
         if let Some(j) = self.verdicts.entry(kind, id) {
-            j.size = size;
-            j.created = created;
+            j.set_size(size);
+            j.set_created(created.as_ref());
         }
         self.verdicts.set_verdict(kind, id, violations);
     }
@@ -665,7 +727,7 @@ impl<'s> Walk<'_, 's> {
             return;
         };
         self.verdicts.entries -= 1;
-        if let Some(slot) = j.claim {
+        if let Some(slot) = j.claim() {
             self.dirty.extend(self.verdicts.claims.remove(slot));
         }
         self.verdicts.refused.remove(&key(kind, id));
@@ -992,15 +1054,15 @@ pub(super) fn admit_pass(
         verdicts.judged += 1;
         let admitted = violations.is_empty();
         if let Some(j) = verdicts.entry(kind, &id) {
-            j.size = size;
-            j.created = object.creation_timestamp().cloned();
+            j.set_size(size);
+            j.set_created(object.creation_timestamp());
             // What its patterns cost, for its tenant's limits: only once
             // the rules admitted it, which bound how many it may have.
-            j.regex = match kind {
+            j.set_regex(match kind {
                 Kind::Ingress => RegexCost::default(),
                 _ if !admitted => RegexCost::default(),
                 _ => admission::object_regex_cost(object),
-            };
+            });
         }
         if verdicts.set_verdict(kind, &id, violations) {
             touched.insert(id.namespace.clone());
@@ -1038,14 +1100,14 @@ pub(super) fn admit_pass(
             }
             for (name, j) in map.iter().filter(|(_, j)| j.admitted()) {
                 weighed.push(Weighed {
-                    created: j.created.clone(),
+                    created: j.created(),
                     key: ObjectKey {
                         kind: *kind,
                         namespace: namespace.clone(),
-                        name: name.clone(),
+                        name: name.to_string(),
                     },
-                    size: j.size,
-                    regex: j.regex,
+                    size: j.size(),
+                    regex: j.regex(),
                 });
             }
         }
@@ -1080,7 +1142,7 @@ pub(super) fn admit_pass(
             .and_then(|n| n.get(key.kind, &id.name))
             && let Some(violations) = &j.violations
         {
-            refused.push((key.clone(), violations.clone()));
+            refused.push((key.clone(), violations.to_vec()));
         }
     }
     for (namespace, n) in &verdicts.namespaces {
@@ -1229,6 +1291,32 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// A verdict is kept per object of every tenant namespace: it stays
+    /// packed, and what it packs comes back as it went in.
+    #[test]
+    fn a_verdict_packs_into_64_bytes_and_keeps_its_numbers() {
+        assert!(std::mem::size_of::<Judged>() <= 64);
+        let mut j = Judged::new(Arc::new(()), 1);
+        assert_eq!((j.created(), j.claim(), j.size()), (None, None, 0));
+        for (second, nanos) in [(0, 0), (1_700_000_000, 999_999_999), (-5, -250)] {
+            let t = Time(k8s_openapi::jiff::Timestamp::new(second, nanos).unwrap());
+            j.set_created(Some(&t));
+            assert_eq!(j.created(), Some(t));
+        }
+        j.set_created(None);
+        assert_eq!(j.created(), None);
+        j.set_size(usize::MAX);
+        assert_eq!(j.size(), u32::MAX as usize);
+        let cost = RegexCost {
+            count: 3,
+            bytes: 4_000,
+        };
+        j.set_regex(cost);
+        assert_eq!((j.regex().count, j.regex().bytes), (3, 4_000));
+        j.claim = 7;
+        assert_eq!(j.claim(), Some(7));
     }
 
     /// A wildcard added later is judged against the names one label
