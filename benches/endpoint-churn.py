@@ -158,6 +158,21 @@ def metric(admin, name):
     return None
 
 
+def logged_phases(log_path, since, phases):
+    """Appends to `phases[name]` each `name=<ms>` the reloads logged on
+    their `snapshot swapped in` lines after byte `since` of the log."""
+    with open(log_path, errors="replace") as f:
+        f.seek(since)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
+    for line in text.splitlines():
+        if "snapshot swapped in" not in line:
+            continue
+        for phase in phases:
+            m = re.search(rf"\b{phase}=([0-9.]+)", line)
+            if m:
+                phases[phase].append(float(m.group(1)))
+
+
 def wait_served(http, host, want, deadline):
     """Until `host` is answered with a body ending in `want` (one suffix or
     a tuple of them)."""
@@ -248,16 +263,7 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
             route_served.append(time.monotonic() - t)
             time.sleep(0.5 + n / 50000)
             log.flush()
-            with open(os.path.join(d, "log"), errors="replace") as f:
-                f.seek(logged_before)
-                text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
-                for line in text.splitlines():
-                    if "snapshot swapped in" not in line:
-                        continue
-                    for phase in phases:
-                        m = re.search(rf"\b{phase}=([0-9.]+)", line)
-                        if m:
-                            phases[phase].append(float(m.group(1)))
+            logged_phases(os.path.join(d, "log"), logged_before, phases)
             write_routes(manifests, k)
             time.sleep(0.5 + n / 20000)
         out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in route_served)

@@ -15,7 +15,7 @@ and the slices' addresses (the tenants' nodes) are never dialled.
 
 Usage: tenant-route-change.py --sizes 10000,100000 --json out.json NAME=BINARY...
 """
-import argparse, json, importlib.util, os, re, shutil, subprocess, sys, tempfile, time
+import argparse, json, importlib.util, os, shutil, subprocess, sys, tempfile, time
 
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("churn", os.path.join(here, "endpoint-churn.py"))
@@ -105,16 +105,7 @@ def run_one(binary, n):
             served.append(time.monotonic() - t)
             time.sleep(0.5 + n / 50000)
             log.flush()
-            with open(os.path.join(d, "log"), errors="replace") as f:
-                f.seek(logged_before)
-                text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
-            for line in text.splitlines():
-                if "snapshot swapped in" not in line:
-                    continue
-                for phase in phases:
-                    m = re.search(rf"\b{phase}=([0-9.]+)", line)
-                    if m:
-                        phases[phase].append(float(m.group(1)))
+            churn.logged_phases(os.path.join(d, "log"), logged_before, phases)
             write_namespace(manifests, k)
             time.sleep(0.5 + n / 20000)
         out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in served)

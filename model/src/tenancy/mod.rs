@@ -413,6 +413,38 @@ fn over_total(
     (weight, out)
 }
 
+/// GatewayClasses refused for naming a tenant namespace: the kind is
+/// cluster-scoped and the operator's, so such a one was written as a
+/// tenant's.
+fn gateway_classes_in_tenants(
+    store: &Store,
+    by_namespace: &HashMap<String, &Tenant>,
+) -> Vec<(ObjectKey, Vec<Violation>)> {
+    store
+        .gateway_classes
+        .iter()
+        .filter(|(_, s)| {
+            s.object
+                .metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| by_namespace.contains_key(ns))
+        })
+        .map(|(name, _)| {
+            let key = ObjectKey {
+                kind: Kind::GatewayClass,
+                namespace: String::new(),
+                name: name.clone(),
+            };
+            let why = Violation::new(
+                "kind",
+                admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
+            );
+            (key, vec![why])
+        })
+        .collect()
+}
+
 /// The store's Tenants, held apart from it: a pass refuses objects from
 /// the store while it reads them.
 fn tenants_owned(store: &Store) -> Vec<Arc<Tenant>> {

@@ -160,25 +160,9 @@ fn reference_pass(
             });
         }
     }
-    // A GatewayClass is cluster-scoped and the operator's: one that names a
-    // tenant namespace was written as a tenant's.
-    for (name, s) in &store.gateway_classes {
-        if let Some(ns) = s.object.metadata.namespace.as_deref()
-            && by_namespace.contains_key(ns)
-        {
-            refused.push((
-                ObjectKey {
-                    kind: Kind::GatewayClass,
-                    namespace: String::new(),
-                    name: name.clone(),
-                },
-                s.origin.clone(),
-                vec![Violation::new(
-                    "kind",
-                    admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
-                )],
-            ));
-        }
+    for (key, violations) in super::gateway_classes_in_tenants(store, &by_namespace) {
+        let origin = store.gateway_classes[&key.name].origin.clone();
+        refused.push((key, origin, violations));
     }
     let mut judge = |kind: Kind, id: &NsName, origin: &Origin, object: TenantObjectRef<'_>| {
         let Some(tenant) = by_namespace.get(&id.namespace) else {

@@ -1114,26 +1114,7 @@ pub(super) fn admit_pass(
         (n.weight, n.over) = over_total(weighed, tenant);
     }
 
-    // A GatewayClass is cluster-scoped and the operator's: one that names a
-    // tenant namespace was written as a tenant's.
-    let mut refused: Vec<(ObjectKey, Vec<Violation>)> = Vec::new();
-    for (name, s) in &store.gateway_classes {
-        if let Some(ns) = s.object.metadata.namespace.as_deref()
-            && by_namespace.contains_key(ns)
-        {
-            refused.push((
-                ObjectKey {
-                    kind: Kind::GatewayClass,
-                    namespace: String::new(),
-                    name: name.clone(),
-                },
-                vec![Violation::new(
-                    "kind",
-                    admission::refused_kind_message("gateway.networking.k8s.io/v1", "GatewayClass"),
-                )],
-            ));
-        }
-    }
+    let mut refused = super::gateway_classes_in_tenants(store, &by_namespace);
     for key in &verdicts.refused {
         let id = NsName::new(key.namespace.clone(), key.name.clone());
         if let Some(j) = verdicts
