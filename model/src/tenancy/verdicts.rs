@@ -438,10 +438,10 @@ struct ClaimIndex {
     free: Vec<u32>,
     /// Claims by each name they hold (by its hash: a collision only adds a
     /// claim to a component, which judges it as the full pass would).
-    by_name: FastHashMap<u64, Vec<u32>>,
+    by_name: FastHashMap<u64, Slots>,
     /// Claims by the parent of each name they hold (`a.foo.com` under
     /// `foo.com`): what a wildcard on the parent overlaps.
-    by_parent: FastHashMap<u64, Vec<u32>>,
+    by_parent: FastHashMap<u64, Slots>,
     /// Claims holding a Gateway API wildcard, whose reach below is any
     /// depth.
     subtrees: usize,
@@ -456,6 +456,53 @@ fn within(name: &str, domain: &str) -> bool {
     name.len() > domain.len()
         && name.ends_with(domain)
         && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
+}
+
+/// The claims listed under one name's hash: nearly always one, kept
+/// without an allocation of its own (two such lists per claimed name).
+#[derive(Debug)]
+enum Slots {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl Slots {
+    fn list(map: &mut FastHashMap<u64, Slots>, hash: u64, slot: u32) {
+        map.entry(hash)
+            .and_modify(|slots| match slots {
+                Slots::One(first) => {
+                    let first = *first;
+                    *slots = Slots::Many(vec![first, slot]);
+                }
+                Slots::Many(v) => v.push(slot),
+            })
+            .or_insert(Slots::One(slot));
+    }
+
+    fn unlist(map: &mut FastHashMap<u64, Slots>, hash: u64, slot: u32) {
+        let Some(slots) = map.get_mut(&hash) else {
+            return;
+        };
+        let empty = match slots {
+            Slots::One(s) => *s == slot,
+            Slots::Many(v) => {
+                v.retain(|&s| s != slot);
+                v.is_empty()
+            }
+        };
+        if empty {
+            map.remove(&hash);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        match self {
+            Slots::One(s) => std::slice::from_ref(s),
+            Slots::Many(v) => v.as_slice(),
+        }
+        .iter()
+        .copied()
+    }
 }
 
 impl ClaimIndex {
@@ -473,10 +520,10 @@ impl ClaimIndex {
         };
         for n in &claim.names {
             let h = self.hash(&n.name);
-            self.by_name.entry(h).or_default().push(slot);
+            Slots::list(&mut self.by_name, h, slot);
             if let Some(p) = parent(&n.name) {
                 let h = self.hash(p);
-                self.by_parent.entry(h).or_default().push(slot);
+                Slots::list(&mut self.by_parent, h, slot);
             }
         }
         self.subtrees += usize::from(claim.names.iter().any(|n| n.subtree));
@@ -489,22 +536,14 @@ impl ClaimIndex {
         let Some(claim) = self.slots[slot as usize].take() else {
             return Vec::new();
         };
-        fn unlist(map: &mut FastHashMap<u64, Vec<u32>>, h: u64, slot: u32) {
-            if let Some(v) = map.get_mut(&h) {
-                v.retain(|&s| s != slot);
-                if v.is_empty() {
-                    map.remove(&h);
-                }
-            }
-        }
         for n in &claim.names {
-            unlist(
+            Slots::unlist(
                 &mut self.by_name,
                 self.hasher.hash_one(n.name.as_str()),
                 slot,
             );
             if let Some(p) = parent(&n.name) {
-                unlist(&mut self.by_parent, self.hasher.hash_one(p), slot);
+                Slots::unlist(&mut self.by_parent, self.hasher.hash_one(p), slot);
             }
         }
         self.subtrees -= usize::from(claim.names.iter().any(|n| n.subtree));
@@ -541,15 +580,20 @@ impl ClaimIndex {
                 // The same name, a name above it, a name one below it.
                 let above = std::iter::successors(Some(n.name.as_str()), |n| parent(n));
                 for at in above {
-                    for &slot in self.by_name.get(&self.hash(at)).into_iter().flatten() {
+                    for slot in self
+                        .by_name
+                        .get(&self.hash(at))
+                        .into_iter()
+                        .flat_map(Slots::iter)
+                    {
                         add(slot, &mut queue, &mut order);
                     }
                 }
-                for &slot in self
+                for slot in self
                     .by_parent
                     .get(&self.hash(&n.name))
                     .into_iter()
-                    .flatten()
+                    .flat_map(Slots::iter)
                 {
                     add(slot, &mut queue, &mut order);
                 }
@@ -1272,6 +1316,27 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// A name's list of claims: one kept inline, more in a vector, and
+    /// the entry gone with its last claim.
+    #[test]
+    fn a_names_claims_are_listed_and_unlisted() {
+        let mut map = FastHashMap::default();
+        Slots::list(&mut map, 1, 7);
+        assert!(matches!(map[&1], Slots::One(7)));
+        Slots::list(&mut map, 1, 9);
+        Slots::list(&mut map, 1, 7);
+        assert_eq!(map[&1].iter().collect::<Vec<_>>(), [7, 9, 7]);
+        Slots::unlist(&mut map, 1, 3);
+        Slots::unlist(&mut map, 1, 7);
+        assert_eq!(map[&1].iter().collect::<Vec<_>>(), [9]);
+        Slots::unlist(&mut map, 1, 9);
+        assert!(map.is_empty());
+        Slots::list(&mut map, 2, 4);
+        Slots::unlist(&mut map, 2, 5);
+        Slots::unlist(&mut map, 2, 4);
+        assert!(map.is_empty());
     }
 
     /// A verdict is kept per object of every tenant namespace: it stays
