@@ -75,13 +75,17 @@ def write_world(d, n, port):
     return namespaces
 
 
-def write_routes(d, k, moved=None):
-    """Namespace k's Services and Ingresses; `moved`: Ingress i9's host
-    instead of h9 (a route change)."""
-    ns = f"ns{k}"
+# The Ingress a route change renames.
+MOVED = 9
+
+
+def route_docs(ns, label, moved=None):
+    """The 100 Services and Ingresses of namespace `ns`, Ingress i<i> for
+    host h<i>.<label>.bench.test; `moved`: Ingress i9's host instead (a
+    route change)."""
     docs = []
     for i in range(PER_NS):
-        host = moved if (moved and i == 9) else f"h{i}.{ns}.bench.test"
+        host = moved if (moved and i == MOVED) else f"h{i}.{label}.bench.test"
         docs.append(
             f"apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
         )
@@ -90,7 +94,13 @@ def write_routes(d, k, moved=None):
             f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n"
             f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
         )
-    write_whole(d, f"{ns}-routes.yaml", "---\n".join(docs))
+    return docs
+
+
+def write_routes(d, k, moved=None):
+    """Namespace k's Services and Ingresses ([`route_docs`])."""
+    ns = f"ns{k}"
+    write_whole(d, f"{ns}-routes.yaml", "---\n".join(route_docs(ns, ns, moved)))
 
 
 def write_slices(d, k, port):

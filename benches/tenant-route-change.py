@@ -23,7 +23,7 @@ churn = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(churn)
 
 PER_NS = churn.PER_NS
-MOVED = 9  # the Ingress renamed, whose Service has no slice
+MOVED = churn.MOVED  # the Ingress renamed, whose Service has no slice
 
 
 def net(k):
@@ -36,16 +36,8 @@ def write_namespace(d, k, moved=None):
         f"apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: ns{k}}}\n"
         f"spec: {{cluster: ns{k}, allowedDomains: [ns{k}.bench.test], nodeCIDRs: [\"{net(k)}.0/24\"]}}\n"
     ]
+    docs += churn.route_docs(ns, f"ns{k}", moved)
     for i in range(PER_NS):
-        host = moved if (moved and i == MOVED) else f"h{i}.ns{k}.bench.test"
-        docs.append(
-            f"apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n"
-        )
-        docs.append(
-            f"apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: i{i}, namespace: {ns}}}\n"
-            f"spec:\n  ingressClassName: teapot\n  rules:\n  - host: {host}\n"
-            f"    http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: s{i}, port: {{number: 80}}}}}}}}]}}\n"
-        )
         if i != MOVED:
             docs.append(
                 f"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, namespace: {ns}, "
