@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -59,6 +60,11 @@ impl fmt::Display for Holder {
 /// Hosts, granted domains and node networks, each with who holds it:
 /// built from every Tenant and every Ingress the LB cluster has, and asked
 /// whether a host a tenant wants is someone else's.
+///
+/// The grants and networks come from the Tenants alone and are shared
+/// between clones (copied only when a clone adds to them): the proxy's
+/// tenant check starts each change's holdings from every Tenant's, and a
+/// deep copy of those took 1.7 ms at 1,000 Tenants.
 #[derive(Clone, Debug, Default)]
 pub struct Holdings {
     /// Exact hosts.
@@ -73,13 +79,13 @@ pub struct Holdings {
     /// down (also recorded in `wildcard`, which covers one label).
     subtrees: HashMap<String, Vec<Holder>>,
     /// `allowedDomains`: the domain and everything below it.
-    grants: HashMap<String, Vec<Holder>>,
+    grants: Arc<HashMap<String, Vec<Holder>>>,
     /// Granted domains by parent: what a wildcard on the parent covers.
-    grants_by_parent: HashMap<String, Vec<Holder>>,
+    grants_by_parent: Arc<HashMap<String, Vec<Holder>>>,
     /// Tenants' node networks, by prefix length: an address is looked up
     /// once per length in use (a handful), not against every network of
     /// every tenant (each endpoint of each slice asks).
-    networks: Vec<NetworksOfLength>,
+    networks: Arc<Vec<NetworksOfLength>>,
 }
 
 /// The node networks of one address family and prefix length, by their
@@ -162,34 +168,28 @@ impl Holdings {
     /// tenant `cluster`.
     pub fn grant(&mut self, cluster: &str, domain: &str) {
         let holder = Holder::Tenant(cluster.to_string());
-        add(&mut self.grants, domain, &holder);
+        add(Arc::make_mut(&mut self.grants), domain, &holder);
         if let Some(p) = parent(domain) {
-            add(&mut self.grants_by_parent, p, &holder);
+            add(Arc::make_mut(&mut self.grants_by_parent), p, &holder);
         }
     }
 
     /// Records a tenant's node network.
     pub fn insert_network(&mut self, cluster: &str, network: IpNet) {
         let (v6, len) = (matches!(network, IpNet::V6(_)), network.prefix_len());
-        let at = match self
-            .networks
-            .iter()
-            .position(|n| n.v6 == v6 && n.len == len)
-        {
+        let networks = Arc::make_mut(&mut self.networks);
+        let at = match networks.iter().position(|n| n.v6 == v6 && n.len == len) {
             Some(at) => at,
             None => {
-                self.networks.push(NetworksOfLength {
+                networks.push(NetworksOfLength {
                     v6,
                     len,
                     holders: HashMap::new(),
                 });
-                self.networks.len() - 1
+                networks.len() - 1
             }
         };
-        let holders = self.networks[at]
-            .holders
-            .entry(network.trunc())
-            .or_default();
+        let holders = networks[at].holders.entry(network.trunc()).or_default();
         if !holders.iter().any(|c| c == cluster) {
             holders.push(cluster.to_string());
         }
@@ -291,7 +291,7 @@ impl Holdings {
         for (map, wildcard) in [
             (&self.exact, false),
             (&self.wildcard, true),
-            (&self.grants, false),
+            (&*self.grants, false),
         ] {
             for (name, holders) in map {
                 let covered = within(name, domain) || (wildcard && parent(domain) == Some(name));
@@ -430,6 +430,37 @@ mod tests {
 
     fn p(s: &str) -> HostPattern {
         HostPattern::parse(s).unwrap()
+    }
+
+    /// A clone shares the Tenants' grants and networks until it adds to
+    /// them, and what it adds stays its own.
+    #[test]
+    fn a_clone_shares_grants_and_networks_until_it_adds_to_them() {
+        let mut base = Holdings::default();
+        base.grant("a", "a.example.com");
+        base.insert_network("a", "10.0.0.0/24".parse().unwrap());
+        let mut clone = base.clone();
+        clone.insert(Holder::Tenant("b".into()), &p("x.b.example.com"));
+        assert!(Arc::ptr_eq(&clone.grants, &base.grants));
+        assert!(Arc::ptr_eq(&clone.networks, &base.networks));
+        clone.grant("b", "b.example.com");
+        clone.insert_network("b", "10.0.1.0/24".parse().unwrap());
+        let ip: IpAddr = "10.0.1.5".parse().unwrap();
+        assert_eq!(clone.network_holder(ip, "a"), Some("b"));
+        assert_eq!(base.network_holder(ip, "a"), None);
+        assert!(
+            clone
+                .holder_conflicting(&p("y.b.example.com"), "a")
+                .is_some()
+        );
+        assert!(
+            base.holder_conflicting(&p("y.b.example.com"), "a")
+                .is_none()
+        );
+        assert!(
+            base.holder_conflicting(&p("x.b.example.com"), "a")
+                .is_none()
+        );
     }
 
     /// Node networks of every length, nested and of both families, looked
