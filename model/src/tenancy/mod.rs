@@ -650,14 +650,7 @@ mod tests {
         docs.extend((0..20).map(|i| slice("tenant-noisy", 1, i)));
         docs.extend((0..2).map(|i| slice("tenant-quiet", 2, i)));
         let mut loaded = loaded(&docs.join("---\n"));
-        let one = loaded
-            .store
-            .endpoint_slices
-            .values()
-            .next()
-            .unwrap()
-            .object
-            .source_bytes();
+        let one = first_slice_bytes(&loaded);
         admit(&mut loaded, &Store::default(), "example.net", &[]);
 
         let kept = |ns: &str| {
@@ -713,14 +706,7 @@ mod tests {
                 slice: Some(slice),
             }]
         };
-        let one = loaded(&slice("x", 10))
-            .store
-            .endpoint_slices
-            .values()
-            .next()
-            .unwrap()
-            .object
-            .source_bytes() as u64;
+        let one = first_slice_bytes(&loaded(&slice("x", 10))) as u64;
         let tenant = format!(
             "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [10.1.0.0/16], limits: {{maxTotalBytes: {}}}}}\n",
             one * 5 / 2
@@ -784,6 +770,12 @@ mod tests {
         let mut loaded = Loaded::default();
         crate::manifests::load_text(std::path::Path::new("t.yaml"), text, previous, &mut loaded);
         loaded
+    }
+
+    /// The size as JSON of the first EndpointSlice `loaded` holds.
+    fn first_slice_bytes(loaded: &Loaded) -> usize {
+        let slice = loaded.store.endpoint_slices.values().next().unwrap();
+        slice.object.source_bytes()
     }
 
     /// `text` read as one file with no problem.
