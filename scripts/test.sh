@@ -23,4 +23,10 @@ set -e
 # doc-test run with nothing in it).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i == "passed;") p += $(i-1); if ($i == "failed;") f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+# A failing test's own output is far above the end of a long run; repeat
+# each failure (its name, what it printed, its panic) where a reader of the
+# last lines looks.
+if [ "$status" -ne 0 ]; then
+    awk '/^failures:$/ { on = 1 } on { print } /^test result: FAILED/ { on = 0 }' "$log" | tail -400
+fi
 exit "$status"

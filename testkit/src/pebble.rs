@@ -289,7 +289,9 @@ impl Pebble {
         }
     }
 
-    /// (Re)starts pebble with the same config and waits for its directory.
+    /// (Re)starts pebble with the same config and waits for its directory
+    /// and its management listener (a second listener, which pebble opens
+    /// on its own and can be a moment later than the directory).
     pub async fn restart(&mut self) -> Result<(), Error> {
         self.stop();
         self.write_config()?;
@@ -308,10 +310,14 @@ impl Pebble {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            match self.get(self.listen, "/dir").await {
+            let ready = match self.get(self.listen, "/dir").await {
+                Ok(_) => self.get(self.management, "/roots/0").await,
+                Err(e) => Err(e),
+            };
+            match ready {
                 Ok(_) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
-                    return Err(Error::Timeout(format!("pebble directory: {e}")));
+                    return Err(Error::Timeout(format!("pebble directory and roots: {e}")));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }

@@ -137,8 +137,17 @@ async fn one_dns01_wildcard_serves_every_assigned_hostname_of_a_cluster() {
 
     // A second Ingress of the cluster: the same certificate at once.
     let both = tenant_objects(&[("web.shop", WEB), ("api.shop", API)]);
-    b.apply("tenant.yaml", &both).await;
-    h.apply("tenant.yaml", &both).await;
+    // A newer generation alone does not say the file was read: the ACME
+    // loop also swaps snapshots in (the certificate B wrote), and one of
+    // those can land between the write and the reload.
+    for replica in [&b, &h] {
+        replica.apply("tenant.yaml", &both).await;
+        replica
+            .wait_status("the second Ingress is compiled", |s| {
+                common::ingress_report(s, "tenant-acme", "api.shop").is_some()
+            })
+            .await;
+    }
     let second = verified_leaf(&h.proxy, API, &root)
         .await
         .expect("the new hostname is served with the cluster's certificate");
