@@ -193,23 +193,19 @@ pub fn admit_slice_changes(
     lb_networks: &[IpNet],
     verdicts: &mut TenantVerdicts,
 ) -> Result<(), &'static str> {
-    if !verdicts.has_context() {
-        return Err("no admission to build on yet");
-    }
-    let touched: std::collections::HashSet<&str> =
-        changes.iter().map(|c| c.id.namespace.as_str()).collect();
-    let tenants: Vec<&Tenant> = store.tenants.values().map(|t| &*t.object).collect();
-    let by_namespace: HashMap<String, &Tenant> = tenants
+    // Slices are judged with every tenant's node networks (an endpoint
+    // may not point into another tenant's nodes); hosts play no part. The
+    // last admission's Tenants, their namespaces and networks are what it
+    // kept: a change of slices alone costs the slices, not the Tenants.
+    let Some((by_namespace, holdings)) = verdicts.tenants_of(store) else {
+        return Err("no admission of these Tenants to build on");
+    };
+    if !changes
         .iter()
-        .map(|t| (t.namespace_name(), *t))
-        .filter(|(ns, _)| touched.contains(ns.as_str()))
-        .collect();
-    if by_namespace.is_empty() {
+        .any(|c| by_namespace.contains_key(&c.id.namespace))
+    {
         return Ok(());
     }
-    // Slices are judged with every tenant's node networks (an endpoint
-    // may not point into another tenant's nodes); hosts play no part.
-    let holdings = Holdings::from_objects(tenants.iter().copied(), std::iter::empty());
     let mut weights: HashMap<&str, Weight> = HashMap::new();
     let mut judged: Vec<(&NsName, Option<&Arc<crate::endpoints::CompactSlice>>)> =
         Vec::with_capacity(changes.len());
@@ -418,7 +414,7 @@ fn over_total(
 /// tenant's.
 fn gateway_classes_in_tenants(
     store: &Store,
-    by_namespace: &HashMap<String, &Tenant>,
+    by_namespace: &TenantsByNamespace,
 ) -> Vec<(ObjectKey, Vec<Violation>)> {
     store
         .gateway_classes
@@ -445,15 +441,54 @@ fn gateway_classes_in_tenants(
         .collect()
 }
 
-/// The store's Tenants, held apart from it: a pass refuses objects from
-/// the store while it reads them.
-fn tenants_owned(store: &Store) -> Vec<Arc<Tenant>> {
-    store.tenants.values().map(|t| t.object.clone()).collect()
+/// The store's Tenants, each by the namespace it holds, held apart from
+/// the store (a pass refuses objects from the store while it reads them).
+/// The verdicts keep one per set of Tenants ([`TenantVerdicts`]), so that
+/// a pass or an EndpointSlice change in a fleet of many Tenants does not
+/// name every Tenant's namespace again.
+#[derive(Debug, Default)]
+pub(super) struct TenantsByNamespace {
+    tenants: Vec<Arc<Tenant>>,
+    /// Namespace -> index into `tenants`. Of two Tenants naming one
+    /// namespace the first by name holds it, as in the compile's
+    /// [`Tenancy`] and in `Holdings`: the check judges a namespace's
+    /// objects by the Tenant whose policy the compile serves them under.
+    index: FastHashMap<String, usize>,
 }
 
-/// Each Tenant by the namespace it holds.
-fn by_namespace(tenants: &[Arc<Tenant>]) -> HashMap<String, &Tenant> {
-    tenants.iter().map(|t| (t.namespace_name(), &**t)).collect()
+impl TenantsByNamespace {
+    pub(super) fn of(store: &Store) -> TenantsByNamespace {
+        let tenants: Vec<Arc<Tenant>> = store.tenants.values().map(|t| t.object.clone()).collect();
+        let mut index = FastHashMap::default();
+        index.reserve(tenants.len());
+        for (at, tenant) in tenants.iter().enumerate() {
+            index.entry(tenant.namespace_name()).or_insert(at);
+        }
+        TenantsByNamespace { tenants, index }
+    }
+
+    /// Whether these are `store`'s Tenants (the very same objects).
+    pub(super) fn same_as(&self, store: &Store) -> bool {
+        self.tenants.len() == store.tenants.len()
+            && self
+                .tenants
+                .iter()
+                .zip(store.tenants.values())
+                .all(|(a, b)| Arc::ptr_eq(a, &b.object))
+    }
+
+    /// The Tenant holding `namespace`; `None` for the operator's.
+    pub(super) fn get(&self, namespace: &str) -> Option<&Tenant> {
+        self.index.get(namespace).map(|&at| &*self.tenants[at])
+    }
+
+    pub(super) fn contains_key(&self, namespace: &str) -> bool {
+        self.index.contains_key(namespace)
+    }
+
+    pub(super) fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.tenants.iter().map(|t| &**t)
+    }
 }
 
 fn key(kind: Kind, id: &NsName) -> ObjectKey {
@@ -763,6 +798,76 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// A slice changed alone is judged with what the last admission read
+    /// of the Tenants: every other tenant's nodes stay out of reach (tenant
+    /// a's nodes include b's, whose node an endpoint of a's may not be),
+    /// and a store whose Tenants are other objects than those it read is
+    /// left to the whole admission.
+    #[test]
+    fn a_slice_changed_alone_is_judged_with_the_tenants_last_read() {
+        let tenants = "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: a}\nspec: {cluster: a, nodeCIDRs: [10.0.0.0/8]}\n---\napiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {name: b}\nspec: {cluster: b, nodeCIDRs: [10.2.0.0/16]}\n";
+        let slice = |address: &str| {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s, namespace: tenant-a, labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [\"{address}\"]}}]\n"
+            )
+        };
+        let change = |address: &str| {
+            let loaded = loaded(&slice(address));
+            let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
+            vec![SliceChange {
+                id,
+                slice: Some(slice),
+            }]
+        };
+        let mut loaded = loaded(&format!("{tenants}---\n{}", slice("10.1.0.1")));
+        let mut verdicts = TenantVerdicts::default();
+        let refused = admit_cached(
+            &mut loaded.store,
+            &mut loaded.problems,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+            None,
+        );
+        assert!(refused.is_empty() && loaded.problems.is_empty());
+        let admit = |store: &Store, changes: &[SliceChange], verdicts: &mut TenantVerdicts| {
+            admit_slice_changes(store, changes, "example.net", &[], verdicts)
+        };
+        let store = &loaded.store;
+        assert_eq!(admit(store, &change("10.3.0.1"), &mut verdicts), Ok(()));
+        assert!(admit(store, &change("10.2.0.1"), &mut verdicts).is_err());
+        // The same Tenants read again are other objects.
+        let reread = self::loaded(&format!("{tenants}---\n{}", slice("10.1.0.1")));
+        assert_eq!(
+            admit(&reread.store, &change("10.3.0.1"), &mut verdicts),
+            Err("no admission of these Tenants to build on")
+        );
+    }
+
+    /// Two Tenants naming one namespace: the first by name holds it for
+    /// the check, as for the compile (`Tenancy`).
+    #[test]
+    fn a_namespace_two_tenants_name_is_the_first_ones() {
+        let tenant = |name: &str| {
+            format!(
+                "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {{cluster: {name}, namespace: shared}}\n"
+            )
+        };
+        let loaded = loaded(&format!("{}---\n{}", tenant("b"), tenant("a")));
+        let index = TenantsByNamespace::of(&loaded.store);
+        assert_eq!(
+            index.get("shared").map(|t| t.spec.cluster.as_str()),
+            Some("a")
+        );
+        let tenants: Vec<&Tenant> = index.tenants().collect();
+        let holdings = Tenancy::holdings(&tenants);
+        let tenancy = Tenancy::new(&tenants, "example.net", &[], &holdings);
+        assert_eq!(tenancy.get("shared").map(|t| t.cluster), Some("a"));
+        assert!(index.same_as(&loaded.store));
+        assert!(!index.same_as(&self::loaded(&tenant("a")).store));
     }
 
     /// `text` read as one file over `previous`, problems and all.

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::Ingress;
-use teapot_api::Tenant;
 use teapot_api::admission::{self, AdmissionContext, Holder, Holdings, TenantObjectRef, Violation};
 use teapot_api::regex::RegexCost;
 
@@ -50,8 +49,7 @@ fn reference_pass(
         return false;
     }
     let store = &*loaded;
-    let tenants = super::tenants_owned(store);
-    let by_namespace = super::by_namespace(&tenants);
+    let by_namespace = super::TenantsByNamespace::of(store);
     let operator_ingresses: Vec<(String, Arc<Ingress>)> = store
         .ingresses
         .iter()
@@ -59,7 +57,7 @@ fn reference_pass(
         .map(|(id, i)| (id.namespace.clone(), i.object.clone()))
         .collect();
     let mut holdings = Holdings::from_objects(
-        tenants.iter().map(|t| &**t),
+        by_namespace.tenants(),
         operator_ingresses.iter().map(|(ns, i)| (ns.as_str(), &**i)),
     );
     let mut refused: Vec<(ObjectKey, Origin, Vec<Violation>)> = Vec::new();
@@ -134,7 +132,9 @@ fn reference_pass(
     // Keyed once each: the key copies the time out of the object.
     claimants.sort_by_cached_key(|c| c.age());
     for c in claimants {
-        let tenant = by_namespace[&c.id.namespace];
+        let tenant = by_namespace
+            .get(&c.id.namespace)
+            .expect("claimants were kept for their tenant");
         let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
         let size = admission::json_size(&c.object);
         let violations = admission::check_typed_sized(&ctx, &c.id.namespace, c.object, size);
@@ -341,7 +341,7 @@ struct Weighed {
 /// cannot fill every replica's memory.
 fn over_total(
     mut objects: Vec<Weighed>,
-    by_namespace: &HashMap<String, &Tenant>,
+    by_namespace: &super::TenantsByNamespace,
     weights: &mut HashMap<String, Weight>,
 ) -> Vec<(ObjectKey, Origin, Vec<Violation>)> {
     weights.clear();

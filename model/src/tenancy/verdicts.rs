@@ -23,17 +23,17 @@
 //! test (`tests::by_difference_equals_a_full_pass`) holds the two equal.
 
 use std::any::Any;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use teapot_api::HostPattern;
 use teapot_api::admission::{self, AdmissionContext, Holder, Holdings, TenantObjectRef, Violation};
 use teapot_api::regex::RegexCost;
-use teapot_api::{HostPattern, Tenant};
 
-use super::{Weighed, Weight, claimed_hosts, judge_slice, key, over_total};
+use super::{TenantsByNamespace, Weighed, Weight, claimed_hosts, judge_slice, key, over_total};
 use crate::manifests::Problem;
 use crate::store::{FastHashMap, Kind, NsName, ObjectKey, Store, Stored};
 
@@ -42,9 +42,10 @@ use crate::store::{FastHashMap, Kind, NsName, ObjectKey, Store, Stored};
 #[derive(Debug, Default)]
 pub struct TenantVerdicts {
     context: Option<VerdictContext>,
-    /// The Tenants the context was read from: the same `Arc`s need no
-    /// second reading.
-    tenants: Vec<Arc<Tenant>>,
+    /// The Tenants the context was read from, by namespace: the same
+    /// `Arc`s need no second reading, and every pass over them shares
+    /// this one index.
+    tenants: Arc<TenantsByNamespace>,
     /// Every Tenant's grants and node networks, what a check reads besides
     /// host claims: built once per context.
     networks: Holdings,
@@ -212,20 +213,14 @@ impl TenantVerdicts {
     /// Drops every verdict when what they depend on besides the objects
     /// changed; returns whether the verdicts of the last admission stand.
     pub(super) fn begin(&mut self, store: &Store, domain: &str, lb_networks: &[IpNet]) -> bool {
-        let same_tenants = self.tenants.len() == store.tenants.len()
-            && self
-                .tenants
-                .iter()
-                .zip(store.tenants.values())
-                .all(|(a, b)| Arc::ptr_eq(a, &b.object));
-        if same_tenants
+        if self.tenants.same_as(store)
             && let Some(c) = &self.context
             && c.domain == domain
             && c.lb_networks == lb_networks
         {
             return true;
         }
-        self.tenants = store.tenants.values().map(|t| t.object.clone()).collect();
+        self.tenants = Arc::new(TenantsByNamespace::of(store));
         let context = VerdictContext {
             tenants: store
                 .tenants
@@ -241,15 +236,19 @@ impl TenantVerdicts {
         let tenants = std::mem::take(&mut self.tenants);
         *self = TenantVerdicts {
             context: Some(context),
-            networks: Holdings::from_objects(tenants.iter().map(|t| &**t), std::iter::empty()),
+            networks: Holdings::from_objects(tenants.tenants(), std::iter::empty()),
             tenants,
             ..TenantVerdicts::default()
         };
         false
     }
 
-    pub(super) fn has_context(&self) -> bool {
-        self.context.is_some()
+    /// The Tenants by namespace and every Tenant's grants and node
+    /// networks, as the last admission read them, if `store` has those
+    /// very Tenants.
+    pub(super) fn tenants_of(&self, store: &Store) -> Option<(Arc<TenantsByNamespace>, Holdings)> {
+        (self.context.is_some() && self.tenants.same_as(store))
+            .then(|| (self.tenants.clone(), self.networks.clone()))
     }
 
     /// The weight the last admission counted for `namespace`.
@@ -679,7 +678,7 @@ fn hold(holdings: &mut Holdings, holder: &Holder, kind: Kind, hosts: &[HostPatte
 struct Walk<'w, 's> {
     verdicts: &'w mut TenantVerdicts,
     store: &'s Store,
-    by_namespace: &'w HashMap<String, &'s Tenant>,
+    by_namespace: &'w TenantsByNamespace,
     base: &'w Holdings,
     domain: &'w str,
     lb_networks: &'w [IpNet],
@@ -1005,8 +1004,11 @@ pub(super) fn admit_pass(
         return false;
     }
     let store = &*loaded;
-    let tenants = super::tenants_owned(store);
-    let by_namespace = super::by_namespace(&tenants);
+    // The index `begin` built for these Tenants.
+    let by_namespace = match verdicts.tenants.same_as(store) {
+        true => verdicts.tenants.clone(),
+        false => Arc::new(TenantsByNamespace::of(store)),
+    };
     verdicts.pass = verdicts.pass.wrapping_add(1);
     verdicts.seen = 0;
     verdicts.judged = 0;
@@ -1091,7 +1093,9 @@ pub(super) fn admit_pass(
         (created.is_none(), created, id.clone(), *kind)
     });
     for (kind, id, object) in turns {
-        let tenant = by_namespace[&id.namespace];
+        let tenant = by_namespace
+            .get(&id.namespace)
+            .expect("turns are taken in tenant namespaces");
         let ctx = AdmissionContext::new(tenant, domain, lb_networks, &holdings);
         let size = admission::json_size(&object);
         let violations = admission::check_typed_sized(&ctx, &id.namespace, object, size);
