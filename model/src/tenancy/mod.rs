@@ -733,14 +733,7 @@ mod tests {
                 endpoints.join(", ")
             )
         };
-        let change = |text: &str| {
-            let loaded = loaded(text);
-            let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
-            vec![SliceChange {
-                id,
-                slice: Some(slice),
-            }]
-        };
+        let change = slice_change;
         let one = first_slice_bytes(&loaded(&slice("x", 10))) as u64;
         let tenant = format!(
             "apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: a}}\nspec: {{cluster: a, nodeCIDRs: [10.1.0.0/16], limits: {{maxTotalBytes: {}}}}}\n",
@@ -749,17 +742,8 @@ mod tests {
         // The tenant with `n` slices of ten endpoints, admitted whole.
         let admitted = |n: usize| {
             let slices: Vec<String> = (1..=n).map(|i| slice(&format!("s-{i}"), 10)).collect();
-            let mut loaded = loaded(&format!("{tenant}---\n{}", slices.join("---\n")));
-            let mut verdicts = TenantVerdicts::default();
-            admit_cached(
-                &mut loaded.store,
-                &mut loaded.problems,
-                &Store::default(),
-                "example.net",
-                &[],
-                &mut verdicts,
-                None,
-            );
+            let (loaded, verdicts, _) =
+                admitted_keeping_verdicts(&format!("{tenant}---\n{}", slices.join("---\n")));
             (loaded, verdicts)
         };
         let (loaded, mut verdicts) = admitted(2);
@@ -813,25 +797,9 @@ mod tests {
                 "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s, namespace: tenant-a, labels: {{kubernetes.io/service-name: s, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\naddressType: IPv4\nports: [{{name: http, port: 30080}}]\nendpoints: [{{addresses: [\"{address}\"]}}]\n"
             )
         };
-        let change = |address: &str| {
-            let loaded = loaded(&slice(address));
-            let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
-            vec![SliceChange {
-                id,
-                slice: Some(slice),
-            }]
-        };
-        let mut loaded = loaded(&format!("{tenants}---\n{}", slice("10.1.0.1")));
-        let mut verdicts = TenantVerdicts::default();
-        let refused = admit_cached(
-            &mut loaded.store,
-            &mut loaded.problems,
-            &Store::default(),
-            "example.net",
-            &[],
-            &mut verdicts,
-            None,
-        );
+        let change = |address: &str| slice_change(&slice(address));
+        let (loaded, mut verdicts, refused) =
+            admitted_keeping_verdicts(&format!("{tenants}---\n{}", slice("10.1.0.1")));
         assert!(refused.is_empty() && loaded.problems.is_empty());
         let admit = |store: &Store, changes: &[SliceChange], verdicts: &mut TenantVerdicts| {
             admit_slice_changes(store, changes, "example.net", &[], verdicts)
@@ -868,6 +836,33 @@ mod tests {
         assert_eq!(tenancy.get("shared").map(|t| t.cluster), Some("a"));
         assert!(index.same_as(&loaded.store));
         assert!(!index.same_as(&self::loaded(&tenant("a")).store));
+    }
+
+    /// `text` read as one file and admitted whole, with the verdicts the
+    /// admission kept and what it refused.
+    fn admitted_keeping_verdicts(text: &str) -> (Loaded, TenantVerdicts, Vec<ObjectKey>) {
+        let mut loaded = loaded(text);
+        let mut verdicts = TenantVerdicts::default();
+        let refused = admit_cached(
+            &mut loaded.store,
+            &mut loaded.problems,
+            &Store::default(),
+            "example.net",
+            &[],
+            &mut verdicts,
+            None,
+        );
+        (loaded, verdicts, refused)
+    }
+
+    /// The first EndpointSlice of `text`, as a change of it alone.
+    fn slice_change(text: &str) -> Vec<SliceChange> {
+        let loaded = loaded(text);
+        let (id, slice) = loaded.store.endpoint_slices.into_iter().next().unwrap();
+        vec![SliceChange {
+            id,
+            slice: Some(slice),
+        }]
     }
 
     /// `text` read as one file over `previous`, problems and all.
