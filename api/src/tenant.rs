@@ -182,6 +182,16 @@ pub struct TenantCondition {
 }
 
 impl Tenant {
+    /// Whether `namespace` is [`Tenant::namespace_name`], without
+    /// building that name: looking over every Tenant of a fleet for the
+    /// one namespace a change is in costs no allocation per Tenant.
+    pub fn owns_namespace(&self, namespace: &str) -> bool {
+        match self.spec.namespace.as_deref().filter(|n| !n.is_empty()) {
+            Some(own) => own == namespace,
+            None => namespace.strip_prefix("tenant-") == Some(self.spec.cluster.as_str()),
+        }
+    }
+
     /// The tenant's namespace on the LB cluster.
     pub fn namespace_name(&self) -> String {
         self.spec
@@ -244,6 +254,44 @@ mod tests {
         assert_eq!(t.verification_token(), "teapot-tenant=acme");
         assert_eq!(t.node_networks().len(), 1);
         assert_eq!(TenantLimits::effective(None).max_hosts_per_ingress, 100);
+    }
+
+    #[test]
+    fn owns_namespace_is_its_namespace_name() {
+        let tenant = |cluster: &str, namespace: Option<&str>| {
+            Tenant::new(
+                cluster,
+                TenantSpec {
+                    cluster: cluster.into(),
+                    namespace: namespace.map(String::from),
+                    ..TenantSpec::default()
+                },
+            )
+        };
+        let tenants = [
+            tenant("acme", None),
+            tenant("acme", Some("")),
+            tenant("acme", Some("shop")),
+            tenant("a", None),
+        ];
+        for t in &tenants {
+            for ns in [
+                "tenant-acme",
+                "shop",
+                "tenant-a",
+                "tenant-",
+                "acme",
+                "tenant-acmex",
+                "",
+            ] {
+                assert_eq!(
+                    t.owns_namespace(ns),
+                    t.namespace_name() == ns,
+                    "{:?} {ns}",
+                    t.spec
+                );
+            }
+        }
     }
 
     #[test]

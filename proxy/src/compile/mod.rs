@@ -347,7 +347,14 @@ pub fn compile_incremental(
             gateway_links: gateway_table.links(),
         },
     };
-    *parts = parts::keep(&inputs, &tenant_arcs, &options.lb_networks, kept, previous);
+    *parts = parts::keep(
+        &inputs,
+        &tenant_arcs,
+        &options.lb_networks,
+        &holdings,
+        kept,
+        previous,
+    );
     Snapshot {
         generation,
         routes,

@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use teapot_api::Tenant;
+use teapot_api::admission::Holdings;
 use teapot_model::endpoints::CompactSlice;
 use teapot_model::service::CompactService;
 use teapot_model::store::{FastHashMap, Store};
@@ -53,6 +54,11 @@ use crate::compile::upstream::Upstream;
 pub struct CompiledParts {
     tenants: Vec<Arc<Tenant>>,
     lb_networks: Vec<IpNet>,
+    /// Every Tenant's grants and node networks as the compile read them
+    /// (shared, not copied: `Holdings` keeps them behind `Arc`s), for an
+    /// EndpointSlice change judged without a compile
+    /// (crate::compile::endpoint_sets).
+    holdings: Holdings,
     namespaces: FastHashMap<String, NamespacePart>,
     reused: usize,
     carried: usize,
@@ -62,6 +68,16 @@ pub struct CompiledParts {
 }
 
 impl CompiledParts {
+    /// Every Tenant's grants and node networks as the last compile read
+    /// them, if `tenants` and `lb_networks` are what it read.
+    pub(crate) fn holdings_for(
+        &self,
+        tenants: &[&Arc<Tenant>],
+        lb_networks: &[IpNet],
+    ) -> Option<&Holdings> {
+        same_tenants(self, tenants, lb_networks).then_some(&self.holdings)
+    }
+
     /// Namespaces whose backends the last compile took over unchanged.
     pub fn reused_namespaces(&self) -> usize {
         self.reused
@@ -153,6 +169,18 @@ fn same_tenant(a: &Tenant, b: &Tenant) -> bool {
     std::ptr::eq(a, b) || (a.metadata.name == b.metadata.name && a.spec == b.spec)
 }
 
+/// Whether `tenants` and `lb_networks` are what the compile of `previous`
+/// read (the same Tenants, or equal ones).
+fn same_tenants(previous: &CompiledParts, tenants: &[&Arc<Tenant>], lb_networks: &[IpNet]) -> bool {
+    previous.tenants.len() == tenants.len()
+        && previous
+            .tenants
+            .iter()
+            .zip(tenants)
+            .all(|(a, b)| same_tenant(a, b))
+        && previous.lb_networks == lb_networks
+}
+
 /// Which namespaces' upstreams a compile may take from the last one.
 pub(crate) struct Reuse<'p> {
     namespaces: FastHashMap<&'p str, &'p FastHashMap<ServicePort, Arc<Upstream>>>,
@@ -173,15 +201,8 @@ impl<'p> Reuse<'p> {
         tenants: &[&Arc<Tenant>],
         lb_networks: &[IpNet],
     ) -> Reuse<'p> {
-        let tenants_same = previous.tenants.len() == tenants.len()
-            && previous
-                .tenants
-                .iter()
-                .zip(tenants)
-                .all(|(a, b)| same_tenant(a, b))
-            && previous.lb_networks == lb_networks;
         let mut namespaces = FastHashMap::default();
-        if tenants_same {
+        if same_tenants(previous, tenants, lb_networks) {
             for (ns, part) in &previous.namespaces {
                 let unchanged = now.by_namespace.get(ns.as_str()).is_some_and(|n| {
                     same(&n.services, &part.inputs.services) && same(&n.slices, &part.inputs.slices)
@@ -239,6 +260,7 @@ pub(crate) fn keep(
     now: &CurrentInputs<'_>,
     tenants: &[&Arc<Tenant>],
     lb_networks: &[IpNet],
+    holdings: &Holdings,
     kept: Kept,
     mut previous: CompiledParts,
 ) -> CompiledParts {
@@ -285,6 +307,7 @@ pub(crate) fn keep(
     CompiledParts {
         tenants: tenants.iter().map(|t| Arc::clone(t)).collect(),
         lb_networks: lb_networks.to_vec(),
+        holdings: holdings.clone(),
         namespaces,
         reused: kept.reused,
         carried,
