@@ -30,6 +30,11 @@
 //! this compile's upstreams. The property tests compare both what is
 //! served and what is handed on with a full compile's.
 //!
+//! Every Tenant's grants and node networks, as the compile read them, are
+//! kept too: an EndpointSlice change stored without a compile
+//! (crate::compile::endpoint_sets) judges its addresses against them
+//! rather than reading every Tenant again.
+//!
 //! What depends on several tenants at once and is cheap per object (host
 //! claims and their first claimant, certificates, custom-domain owners, L4
 //! addresses and ports) is recomputed in every compile, from the whole
