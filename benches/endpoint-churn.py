@@ -183,6 +183,30 @@ def logged_phases(log_path, since, phases):
                 phases[phase].append(float(m.group(1)))
 
 
+def route_changes(log, log_path, namespaces, n, rename, served, phases):
+    """Five route changes, each in another namespace `k`: `rename(k, host)`
+    rewrites its file with one Ingress's host renamed, until `served(host,
+    deadline)`; then what its reload logged goes into `phases` (see
+    `logged_phases`) and `rename(k, None)` puts the file back. Returns each
+    change's written -> served time in ms, sorted."""
+    times = []
+    for r in range(5):
+        k = (r * 13 + 5) % namespaces
+        host = f"moved{r}.ns{k}.bench.test"
+        log.flush()
+        logged_before = os.path.getsize(log_path)
+        t = time.monotonic()
+        rename(k, host)
+        assert served(host, t + 120), host
+        times.append(time.monotonic() - t)
+        time.sleep(0.5 + n / 50000)
+        log.flush()
+        logged_phases(log_path, logged_before, phases)
+        rename(k, None)
+        time.sleep(0.5 + n / 20000)
+    return sorted(round(x * 1e3, 1) for x in times)
+
+
 def wait_served(http, host, want, deadline):
     """Until `host` is answered with a body ending in `want` (one suffix or
     a tuple of them)."""
@@ -257,26 +281,16 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
         # One route change: an Ingress's host renamed in its namespace's
         # file, until the new host is served; and the compile its reload
         # logged.
-        route_served = []
         # The reload's phases as it logged them (builds before load_ms,
         # admit_ms and reload_ms were logged give compile_ms alone; before
         # reload_cpu_ms, the reload thread's CPU time, no CPU figure).
         phases = {k: [] for k in ("load_ms", "admit_ms", "compile_ms", "reload_ms", "reload_cpu_ms")}
-        for r in range(5):
-            k = (r * 13 + 5) % namespaces
-            host = f"moved{r}.ns{k}.bench.test"
-            log.flush()
-            logged_before = os.path.getsize(os.path.join(d, "log"))
-            t = time.monotonic()
-            write_routes(manifests, k, moved=host)
-            assert wait_served(http, host, (b"a", b"b"), t + 120)
-            route_served.append(time.monotonic() - t)
-            time.sleep(0.5 + n / 50000)
-            log.flush()
-            logged_phases(os.path.join(d, "log"), logged_before, phases)
-            write_routes(manifests, k)
-            time.sleep(0.5 + n / 20000)
-        out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in route_served)
+        out["route_change_written_to_served_ms"] = route_changes(
+            log, os.path.join(d, "log"), namespaces, n,
+            lambda k, host: write_routes(manifests, k, moved=host),
+            lambda host, deadline: wait_served(http, host, (b"a", b"b"), deadline),
+            phases,
+        )
         for phase, v in phases.items():
             if v:
                 out[f"route_change_{phase}"] = sorted(round(x, 1) for x in v)

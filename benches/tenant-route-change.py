@@ -84,23 +84,13 @@ def run_one(binary, n):
         out["loaded_s"] = round(time.monotonic() - t0, 1)
         time.sleep(3)
         out["rss_mib"] = round(churn.rss_mib(p.pid))
-        served = []
         phases = {k: [] for k in ("load_ms", "admit_ms", "compile_ms", "reload_ms")}
-        for r in range(5):
-            k = (r * 13 + 5) % namespaces
-            host = f"moved{r}.ns{k}.bench.test"
-            log.flush()
-            logged_before = os.path.getsize(os.path.join(d, "log"))
-            t = time.monotonic()
-            write_namespace(manifests, k, moved=host)
-            assert wait_status(http, host, b"503", t + 120), host
-            served.append(time.monotonic() - t)
-            time.sleep(0.5 + n / 50000)
-            log.flush()
-            churn.logged_phases(os.path.join(d, "log"), logged_before, phases)
-            write_namespace(manifests, k)
-            time.sleep(0.5 + n / 20000)
-        out["route_change_written_to_served_ms"] = sorted(round(x * 1e3, 1) for x in served)
+        out["route_change_written_to_served_ms"] = churn.route_changes(
+            log, os.path.join(d, "log"), namespaces, n,
+            lambda k, host: write_namespace(manifests, k, moved=host),
+            lambda host, deadline: wait_status(http, host, b"503", deadline),
+            phases,
+        )
         for phase, v in phases.items():
             out[f"route_change_{phase}"] = sorted(round(x, 1) for x in v)
     finally:
