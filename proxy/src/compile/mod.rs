@@ -206,7 +206,13 @@ pub fn compile_incremental(
     let previous = std::mem::take(parts);
     let reuse = Reuse::new(&previous, &inputs, &tenant_arcs, &options.lb_networks);
     let tenant_list: Vec<&teapot_api::Tenant> = tenant_arcs.iter().map(|t| &***t).collect();
-    let holdings = Tenancy::holdings(&tenant_list);
+    // Every Tenant's grants and networks: the last compile's when it read
+    // the same Tenants, since building them again costs every Tenant's
+    // domains and networks whatever changed.
+    let holdings = previous
+        .holdings_for(&tenant_arcs, &options.lb_networks)
+        .cloned()
+        .unwrap_or_else(|| Tenancy::holdings(&tenant_list));
     let tenancy = Tenancy::new(
         &tenant_list,
         &options.domain,

@@ -31,9 +31,10 @@
 //! served and what is handed on with a full compile's.
 //!
 //! Every Tenant's grants and node networks, as the compile read them, are
-//! kept too: an EndpointSlice change stored without a compile
-//! (crate::compile::endpoint_sets) judges its addresses against them
-//! rather than reading every Tenant again.
+//! kept too: the next compile of the same Tenants, and an EndpointSlice
+//! change stored without a compile (crate::compile::endpoint_sets), judge
+//! addresses and hosts against them rather than reading every Tenant
+//! again.
 //!
 //! What depends on several tenants at once and is cheap per object (host
 //! claims and their first claimant, certificates, custom-domain owners, L4
@@ -60,9 +61,9 @@ pub struct CompiledParts {
     tenants: Vec<Arc<Tenant>>,
     lb_networks: Vec<IpNet>,
     /// Every Tenant's grants and node networks as the compile read them
-    /// (shared, not copied: `Holdings` keeps them behind `Arc`s), for an
-    /// EndpointSlice change judged without a compile
-    /// (crate::compile::endpoint_sets).
+    /// (shared, not copied: `Holdings` keeps them behind `Arc`s), for the
+    /// next compile of the same Tenants and for an EndpointSlice change
+    /// judged without a compile (crate::compile::endpoint_sets).
     holdings: Holdings,
     namespaces: FastHashMap<String, NamespacePart>,
     reused: usize,
