@@ -206,6 +206,34 @@ impl UdpEcho {
     }
 }
 
+/// A loopback TCP port that refuses every connect for as long as this
+/// lives: bound, never listening, without `SO_REUSEADDR`, so no other
+/// socket of the test run can take it (a port bound and let go can be
+/// handed to the next test's listener, which then answers for it).
+pub struct ClosedPort {
+    socket: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("bind a loopback port");
+        ClosedPort { socket }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.socket.local_addr().expect("a bound socket").port()
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}
+
 /// A port on `ip` that is free for both TCP and UDP right now.
 ///
 /// It is taken below the kernel's ephemeral range, so the port-0 sockets

@@ -36,12 +36,6 @@ async fn auth_service(ip: IpAddr) -> AuthService {
     AuthService::start(ip, ANSWERS, "/hold").await
 }
 
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_auth_service_decides_each_request() {
     const NS: &str = "ops";
@@ -50,12 +44,13 @@ async fn the_auth_service_decides_each_request() {
     let mut objects = echo_service(NS, "web", &[&backend]);
     objects.extend(auth.service(NS));
     // An authentication Service whose endpoint does not answer.
+    let gone = teapot_testkit::l4::ClosedPort::new();
     objects.push(service(NS, "gone", &[(Some("http"), 80)]));
     objects.push(slice(
         NS,
         "gone-0",
         "gone",
-        &[(Some("http"), closed_port())],
+        &[(Some("http"), gone.port())],
         &[("127.0.0.1", true)],
     ));
     let url = |path: &str| format!("http://auth.{NS}.svc.cluster.local/{path}");

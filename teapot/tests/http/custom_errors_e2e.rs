@@ -15,12 +15,6 @@ use teapot_testkit::echo::{EchoIdentity, EchoServer};
 
 const BOTH: [Proto; 2] = [Proto::Http1, Proto::Http2];
 
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The request's field `name` as the echo backend saw it.
 fn seen_field(seen: &Value, name: &str) -> Value {
     seen["headers"][name].clone()
@@ -33,7 +27,8 @@ async fn listed_statuses_get_the_default_backends_page() {
     let errors = echo(NS, "errors", "errors-0").await;
     let mut objects = echo_service(NS, "web", &[&web]);
     objects.extend(echo_service(NS, "errors", &[&errors]));
-    objects.extend(loopback_service(NS, "gone", closed_port()));
+    let gone = teapot_testkit::l4::ClosedPort::new();
+    objects.extend(loopback_service(NS, "gone", gone.port()));
     // A Service without endpoints.
     objects.push(service(NS, "empty", &[(Some("http"), 80)]));
     let pages = [

@@ -1030,11 +1030,9 @@ async fn both_families_on_one_unspecified_ipv6_listener_are_named_as_themselves(
 async fn a_dead_endpoint_is_retried_around_and_ejected() {
     const NS: &str = "retry";
     let live = echo(NS, "svc-retry", "live").await;
-    let dead_port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().unwrap().port()
-        // Dropped here: nothing listens on the port any more.
-    };
+    // Held for the whole test: nothing listens on it, nothing else binds it.
+    let dead = teapot_testkit::l4::ClosedPort::new();
+    let dead_port = dead.port();
     let manifests = vec![
         service(NS, "svc-retry", &[(Some("http"), 80)]),
         slice(

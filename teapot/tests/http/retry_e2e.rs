@@ -124,12 +124,6 @@ impl Scripted {
     }
 }
 
-/// A port nothing listens on.
-async fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Service `name` (port 80) with one endpoint per port, all on loopback.
 fn service_on(name: &str, ports: &[u16]) -> Vec<Value> {
     let mut out = vec![service(NS, name, &[(Some("http"), 80)])];
@@ -181,7 +175,7 @@ fn id() -> String {
 async fn http_route_retries_over_http1_and_http2() {
     let backend = Scripted::default();
     let port = backend.clone().start().await.port();
-    let dead = closed_port().await;
+    let dead = teapot_testkit::l4::ClosedPort::new();
     let ca = TestCa::new("retry e2e");
     let cert = ca.issue(&[HOST]);
     let rules = json!([
@@ -237,7 +231,7 @@ async fn http_route_retries_over_http1_and_http2() {
         ),
     ];
     objects.extend(service_on("web", &[port]));
-    objects.extend(service_on("half", &[dead, port]));
+    objects.extend(service_on("half", &[dead.port(), port]));
     let again = [Scripted::default(), Scripted::default()];
     for (i, backend) in again.iter().enumerate() {
         let port = backend.clone().start().await.port();
@@ -528,7 +522,7 @@ fn call(host: &str, target: &str, body: &[u8]) -> Request {
 async fn h2c_and_grpc_backends_are_retried() {
     let backend = H2cScripted::default();
     let port = backend.clone().start().await;
-    let dead = closed_port().await;
+    let dead = teapot_testkit::l4::ClosedPort::new();
     let failing = H2cScripted {
         always: Some(503),
         ..H2cScripted::default()
@@ -567,7 +561,7 @@ async fn h2c_and_grpc_backends_are_retried() {
         http_route(NS, "calls", json!({ "name": "gw" }), &[HOST], rules),
     ];
     objects.extend(h2c_service_on("calls", &[port]));
-    objects.extend(h2c_service_on("half", &[dead, port]));
+    objects.extend(h2c_service_on("half", &[dead.port(), port]));
     // ingress-nginx's gRPC backends, one endpoint answering every call
     // 503, the other serving.
     objects.extend(service_on("mixed", &[bad, ok]));

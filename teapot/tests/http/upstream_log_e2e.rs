@@ -29,11 +29,8 @@ fn metric_sum(text: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_backend_port_writes_a_handful_of_lines_and_counts_every_failure() {
-    // A port nothing listens on: bound, then let go.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // A port nothing listens on, held for the whole test.
+    let closed = teapot_testkit::l4::ClosedPort::new();
     let documents = vec![
         service("closed", "web", &[(Some("http"), 80)]),
         slice(
