@@ -20,17 +20,55 @@ Measures, per binary and size:
     -> served), then again unprobed: the proxy's CPU share of one core and
     the compiles its log counts, which the compile's pace bounds.
 
-Usage: endpoint-churn.py --sizes 10000,100000 [--route-rate 5] --json out.json NAME=BINARY...
+With --tenants every namespace is a Tenant's (`tenant-ns<k>`, Tenant
+`ns<k>` with its own node network 10.<k/256>.<k%256>.0/24 and the domain
+ns<k>.bench.test), its EndpointSlices the syncer's, pointing into that
+network: what a fleet of tenant clusters looks like, where every change
+is also judged by the tenant check. A tenant's endpoint is never a
+loopback address, so the script runs itself again in a network namespace
+of its own (root: `unshare --net`) whose loopback device holds 10.0.0.0/8,
+and the two backends listen on every address there.
+
+Usage: endpoint-churn.py --sizes 10000,100000 [--route-rate 5] [--tenants] --json out.json NAME=BINARY...
 """
 import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
 PER_NS = 100
 
+# Whether the world is a Tenant per namespace (--tenants).
+TENANTS = False
+# The environment variable that says this run is the one inside the
+# network namespace --tenants makes.
+IN_NETNS = "TEAPOT_BENCH_IN_NETNS"
+
+
+def namespace(k):
+    return f"tenant-ns{k}" if TENANTS else f"ns{k}"
+
+
+def node_net(k):
+    """Tenant ns<k>'s node network, without its last octet."""
+    return f"10.{k // 256}.{k % 256}"
+
+
+def enter_netns():
+    """Runs this script again in a network namespace of its own whose
+    loopback device holds 10.0.0.0/8 (every 10.x address is then this
+    host's), and exits with its status."""
+    if os.environ.get(IN_NETNS):
+        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", "10.0.0.0/8", "dev", "lo"]):
+            subprocess.run(cmd, check=True)
+        return
+    env = dict(os.environ, **{IN_NETNS: "1"})
+    sys.exit(subprocess.run(["unshare", "--net", sys.executable] + sys.argv, env=env).returncode)
+
 
 def backend_server(port_holder, name):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
+    # A tenant's endpoints are its node addresses (10.x, this host's in
+    # the network namespace), never loopback.
+    s.bind(("0.0.0.0" if TENANTS else "127.0.0.1", 0))
     s.listen(1024)
     port_holder.append(s.getsockname()[1])
     body = name.encode()
@@ -59,17 +97,34 @@ def backend_server(port_holder, name):
     threading.Thread(target=loop, daemon=True).start()
 
 
-def slice_doc(ns, i, port):
+def slice_doc(k, i, port):
+    if TENANTS:
+        # The syncer's slice, to a node of the namespace's Tenant.
+        labels = f"kubernetes.io/service-name: s{i}, endpointslice.kubernetes.io/managed-by: sync.teapot.dev"
+        address = f"{node_net(k)}.{1 + i}"
+    else:
+        labels, address = f"kubernetes.io/service-name: s{i}", "127.0.0.1"
     return (
-        f"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, namespace: {ns}, "
-        f"labels: {{kubernetes.io/service-name: s{i}}}}}\naddressType: IPv4\n"
-        f"ports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]\n"
+        f"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, namespace: {namespace(k)}, "
+        f"labels: {{{labels}}}}}\naddressType: IPv4\n"
+        f"ports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"{address}\"], conditions: {{ready: true}}}}]\n"
+    )
+
+
+def tenant_doc(k):
+    """Tenant ns<k>: namespace tenant-ns<k>, hosts under ns<k>.bench.test,
+    nodes in its own /24."""
+    return (
+        f"apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: ns{k}}}\n"
+        f"spec: {{cluster: ns{k}, allowedDomains: [ns{k}.bench.test], nodeCIDRs: [\"{node_net(k)}.0/24\"]}}\n"
     )
 
 
 def write_world(d, n, port):
     namespaces = n // PER_NS
     for k in range(namespaces):
+        if TENANTS:
+            write_whole(d, f"ns{k}-tenant.yaml", tenant_doc(k))
         write_routes(d, k)
         write_slices(d, k, port)
     return namespaces
@@ -99,15 +154,13 @@ def route_docs(ns, label, moved=None):
 
 def write_routes(d, k, moved=None):
     """Namespace k's Services and Ingresses ([`route_docs`])."""
-    ns = f"ns{k}"
-    write_whole(d, f"{ns}-routes.yaml", "---\n".join(route_docs(ns, ns, moved)))
+    write_whole(d, f"ns{k}-routes.yaml", "---\n".join(route_docs(namespace(k), f"ns{k}", moved)))
 
 
 def write_slices(d, k, port):
     """Every slice of namespace k to `port` (an int), or slice i to port[i]."""
-    ns = f"ns{k}"
     ports = port if isinstance(port, list) else [port] * PER_NS
-    write_whole(d, f"{ns}-slices.yaml", "---\n".join(slice_doc(ns, i, ports[i]) for i in range(PER_NS)))
+    write_whole(d, f"ns{k}-slices.yaml", "---\n".join(slice_doc(k, i, ports[i]) for i in range(PER_NS)))
 
 
 def write_whole(d, name, text):
@@ -251,10 +304,14 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
         out["loaded_s"] = round(time.monotonic() - t0, 1)
         time.sleep(3)
         out["rss_mib"] = round(rss_mib(p.pid))
-        # At rest.
+        # At rest, over as long a window as each change's below: what
+        # the proxy spends with nothing changing (the watcher's safety-net
+        # poll) is taken off each change's figure.
+        window = 1.0 + n / 20000
         c0 = cpu_seconds(p.pid)
-        time.sleep(1.0)
+        time.sleep(window)
         rest = cpu_seconds(p.pid) - c0
+        out["rest_cpu_ms_per_s"] = round(rest * 1e3 / window, 2)
         # One change, CPU only: no probing.
         samples_cpu, samples_served = [], []
         flip = ["b", "a"]
@@ -263,7 +320,7 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
             target = flip[r % 2]
             c0 = cpu_seconds(p.pid)
             write_slices(manifests, k, ports[target])
-            time.sleep(1.0 + n / 20000)
+            time.sleep(window)
             samples_cpu.append(cpu_seconds(p.pid) - c0 - rest)
             assert wait_served(http, f"h5.ns{k}.bench.test", target.encode(), time.monotonic() + 30)
         # One change, written -> served.
@@ -438,20 +495,25 @@ def route_stream(http, manifests, d, log, pid, namespaces, rate, seconds):
 
 
 def main():
+    global TENANTS
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000")
     ap.add_argument("--rate", type=float, default=100)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--route-rate", type=float, default=0.0)
+    ap.add_argument("--tenants", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("binaries", nargs="+")
     a = ap.parse_args()
+    if a.tenants:
+        TENANTS = True
+        enter_netns()
     ports = {}
     for name in ["a", "b"]:
         holder = []
         backend_server(holder, name)
         ports[name] = holder[0]
-    results = {"date": time.strftime("%Y-%m-%d"), "per_namespace": PER_NS, "runs": []}
+    results = {"date": time.strftime("%Y-%m-%d"), "per_namespace": PER_NS, "tenants": TENANTS, "runs": []}
     for n in [int(x) for x in a.sizes.split(",")]:
         for spec in a.binaries:
             name, binary = spec.split("=", 1)

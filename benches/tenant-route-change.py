@@ -21,30 +21,20 @@ here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("churn", os.path.join(here, "endpoint-churn.py"))
 churn = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(churn)
+# Every namespace a Tenant's: the names and slices of endpoint-churn.py's
+# --tenants world.
+churn.TENANTS = True
 
 PER_NS = churn.PER_NS
 MOVED = churn.MOVED  # the Ingress renamed, whose Service has no slice
 
 
-def net(k):
-    return f"10.{k // 256}.{k % 256}"
-
-
 def write_namespace(d, k, moved=None):
-    ns = f"tenant-ns{k}"
-    docs = [
-        f"apiVersion: teapot.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: ns{k}}}\n"
-        f"spec: {{cluster: ns{k}, allowedDomains: [ns{k}.bench.test], nodeCIDRs: [\"{net(k)}.0/24\"]}}\n"
-    ]
-    docs += churn.route_docs(ns, f"ns{k}", moved)
-    for i in range(PER_NS):
-        if i != MOVED:
-            docs.append(
-                f"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, namespace: {ns}, "
-                f"labels: {{kubernetes.io/service-name: s{i}, endpointslice.kubernetes.io/managed-by: sync.teapot.dev}}}}\n"
-                f"addressType: IPv4\nports: [{{name: http, port: 30080}}]\n"
-                f"endpoints: [{{addresses: [\"{net(k)}.{1 + i}\"], conditions: {{ready: true}}}}]\n"
-            )
+    docs = [churn.tenant_doc(k)]
+    docs += churn.route_docs(churn.namespace(k), f"ns{k}", moved)
+    # The syncer's slices into the Tenant's nodes, in the namespace's one
+    # file; the moved Ingress's Service has none.
+    docs += [churn.slice_doc(k, i, 30080) for i in range(PER_NS) if i != MOVED]
     churn.write_whole(d, f"ns{k}.yaml", "---\n".join(docs))
 
 
