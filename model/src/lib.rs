@@ -11,7 +11,9 @@
 //!   one document becomes an [`store::Object`] or a field error
 //!   ([`field`]).
 //! - [`manifests`]: a directory (or text) of YAML into a store, keeping the
-//!   last good version of objects that stop parsing.
+//!   last good version of objects that stop parsing; `documents`: a
+//!   file's documents found by their markers, so that a rewritten file of
+//!   EndpointSlices is parsed only where it changed.
 //! - [`endpoints`]: EndpointSlices in the compact form the store keeps.
 //! - [`service`]: Services in the compact form the store keeps, and
 //!   [`meta`] the metadata form both share.
@@ -26,6 +28,7 @@
 
 pub mod attachment;
 pub mod certificate;
+mod documents;
 pub mod endpoints;
 pub mod field;
 pub mod gateway;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::documents;
 use crate::store::{Kind, ObjectKey, Origin, Store};
 use crate::validate;
 
@@ -101,6 +102,9 @@ struct CachedFile {
     hash: u64,
     /// What the file's documents defined, in document order.
     keys: Vec<(ObjectKey, usize)>,
+    /// Each document's hash, for a file of EndpointSlices alone: a
+    /// rewrite of it parses only the documents that changed.
+    documents: Option<Box<[u64]>>,
     clean: bool,
 }
 
@@ -261,17 +265,49 @@ pub fn read_slice_files(
             continue;
         }
         let mut loaded = Loaded::default();
-        load_text(path, &text, store, &mut loaded);
+        let file: Arc<Path> = Arc::from(path.as_path());
+        // The keys of the documents written as they were, which keep their
+        // objects unparsed (crate::documents); the others are parsed.
+        let mut keys = Vec::with_capacity(old.len());
+        let split = documents::split(&text);
+        let now: Option<Box<[u64]>> = split
+            .as_ref()
+            .map(|d| d.iter().map(|d| text_hash(d)).collect());
+        let before = cached.and_then(|c| c.documents.as_deref());
+        let documents = match (split, now, before) {
+            (Some(texts), Some(now), Some(before)) if now.len() == before.len() => {
+                let mut old_keys = old.iter().peekable();
+                for (index, text) in texts.iter().enumerate() {
+                    let same = now[index] == before[index];
+                    while let Some((key, document)) = old_keys.next_if(|(_, d)| *d <= index) {
+                        if same && *document == index {
+                            keys.push((key.clone(), index));
+                        }
+                    }
+                    // One document each, as the whole file's parse read it.
+                    if !same && load_documents(&file, text, index, store, &mut loaded) != 1 {
+                        return None;
+                    }
+                }
+                Some(now)
+            }
+            (_, now, _) => {
+                let count = load_documents(&file, &text, 0, store, &mut loaded);
+                now.filter(|now| now.len() == count)
+            }
+        };
         if !loaded.problems.is_empty() || loaded.store.len() != loaded.store.endpoint_slices.len() {
             return None;
         }
-        let mut keys = Vec::with_capacity(loaded.store.endpoint_slices.len());
         loaded
             .store
             .for_each_key(|key, origin| keys.push((key, origin.document)));
         keys.sort_by_key(|(_, document)| *document);
+        // By hash: a file of 100 slices compared pairwise cost more than
+        // parsing the one that changed.
+        let old_set: std::collections::HashSet<&ObjectKey> = old.iter().map(|(k, _)| k).collect();
         for (key, _) in &keys {
-            let defined_here = old.iter().any(|(k, _)| k == key);
+            let defined_here = old_set.contains(key);
             // Defined by another file, now or by another path of this
             // change: the whole load says which definition serves.
             if (!defined_here && store.contains(key))
@@ -281,8 +317,9 @@ pub fn read_slice_files(
                 return None;
             }
         }
+        let new_set: std::collections::HashSet<&ObjectKey> = keys.iter().map(|(k, _)| k).collect();
         for (key, _) in old {
-            if !keys.iter().any(|(k, _)| k == key) {
+            if !new_set.contains(key) {
                 out.changes.push(crate::store::SliceChange {
                     id: crate::store::NsName::new(key.namespace.clone(), key.name.clone()),
                     slice: None,
@@ -300,6 +337,7 @@ pub fn read_slice_files(
             len: text.len(),
             hash,
             keys,
+            documents,
             clean: true,
         };
         out.entries.push((path.clone(), Some(entry)));
@@ -386,7 +424,7 @@ pub fn load_named(
             continue;
         }
         let mut part = Loaded::default();
-        load_text(path, &text, previous, &mut part);
+        let count = load_documents(&Arc::from(path.as_path()), &text, 0, previous, &mut part);
         if !part.problems.is_empty() {
             return Err("a document with a problem");
         }
@@ -405,10 +443,12 @@ pub fn load_named(
                 return Err("an object defined by another file too");
             }
         }
+        let documents = slice_documents(&keys, document_hashes(&text, count));
         let entry = CachedFile {
             len: text.len(),
             hash,
             keys,
+            documents,
             clean: false,
         };
         read.push((path, Some((part, entry))));
@@ -468,7 +508,8 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
         return loaded;
     }
     files.sort();
-    let mut texts: Vec<(PathBuf, usize, u64)> = Vec::with_capacity(files.len());
+    // Per file read: its length, hash and documents' hashes.
+    let mut texts: Vec<(PathBuf, usize, u64, Option<Box<[u64]>>)> = Vec::with_capacity(files.len());
     let mut parsed: Vec<PathBuf> = Vec::new();
     let mut unread = false;
     cache.taken_over = 0;
@@ -481,18 +522,22 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
         let file = file.clone();
         match std::fs::read_to_string(&file) {
             Ok(text) => {
-                match cache.unchanged(&file, &text, previous) {
+                let documents = match cache.unchanged(&file, &text, previous) {
                     Some(cached) => {
                         take_over(&file, cached, previous, &mut loaded);
+                        let documents = cached.documents.clone();
                         cache.taken_over += 1;
+                        documents
                     }
                     None => {
                         old_keys(cache, &file, &mut changed);
                         parsed.push(file.clone());
-                        load_text(&file, &text, previous, &mut loaded)
+                        let shared = Arc::from(file.as_path());
+                        let count = load_documents(&shared, &text, 0, previous, &mut loaded);
+                        document_hashes(&text, count)
                     }
-                }
-                texts.push((file, text.len(), text_hash(&text)));
+                };
+                texts.push((file, text.len(), text_hash(&text), documents));
             }
             Err(e) => {
                 unread = true;
@@ -536,16 +581,18 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
     cache.unread = unread;
     cache.files = texts
         .into_iter()
-        .map(|(file, len, hash)| {
+        .map(|(file, len, hash, documents)| {
             let mut keys = keys.remove(file.as_path()).unwrap_or_default();
             keys.sort_by_key(|(_, document)| *document);
             // Kept until the next load: a fifth of a large directory's
             // keys were spare capacity.
             keys.shrink_to_fit();
+            let documents = slice_documents(&keys, documents);
             let entry = CachedFile {
                 len,
                 hash,
                 keys,
+                documents,
                 clean: false,
             };
             (file, entry)
@@ -583,11 +630,25 @@ fn duplicate(origin: &Origin, key: &ObjectKey) -> Problem {
 
 /// Reads the documents of one file's text into `loaded`.
 pub fn load_text(file: &Path, text: &str, previous: &Store, loaded: &mut Loaded) {
-    let shared: Arc<Path> = Arc::from(file);
+    load_documents(&Arc::from(file), text, 0, previous, loaded);
+}
+
+/// Reads the documents of `text` into `loaded`, numbering them from
+/// `first` (`text` is part of `file`, starting at its document `first`);
+/// returns how many documents the parser read.
+fn load_documents(
+    file: &Arc<Path>,
+    text: &str,
+    first: usize,
+    previous: &Store,
+    loaded: &mut Loaded,
+) -> usize {
+    let mut count = 0;
     for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        count += 1;
         let origin = Origin {
-            file: shared.clone(),
-            document: index,
+            file: file.clone(),
+            document: first + index,
         };
         let value = match <serde_json::Value as serde::Deserialize>::deserialize(document) {
             Ok(v) => v,
@@ -602,11 +663,29 @@ pub fn load_text(file: &Path, text: &str, previous: &Store, loaded: &mut Loaded)
                     format!("invalid YAML: {e}"),
                     kept,
                 ));
-                return;
+                return count;
             }
         };
         load_value(value, &origin, previous, loaded);
     }
+    count
+}
+
+/// Each document's hash, when the file's documents found by their
+/// markers are the `count` the parser read ([`crate::documents`]).
+fn document_hashes(text: &str, count: usize) -> Option<Box<[u64]>> {
+    let documents = documents::split(text)?;
+    (documents.len() == count).then(|| documents.iter().map(|d| text_hash(d)).collect())
+}
+
+/// What a file's cache entry keeps of its documents' hashes: only a file
+/// of EndpointSlices alone is read again by document
+/// ([`read_slice_files`]).
+fn slice_documents(
+    keys: &[(ObjectKey, usize)],
+    documents: Option<Box<[u64]>>,
+) -> Option<Box<[u64]>> {
+    documents.filter(|_| keys.iter().all(|(key, _)| key.kind == Kind::EndpointSlice))
 }
 
 fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loaded: &mut Loaded) {
@@ -1213,5 +1292,137 @@ mod tests {
         assert_eq!(fourth.problems.len(), 1);
         write("a.yaml", &svc("one", 82));
         assert!(load_named(dir.path(), &[path("a.yaml")], &mut fourth.store, &mut cache).is_err());
+    }
+
+    /// A file of EndpointSlices rewritten, as a watcher names it: only the
+    /// documents whose text changed are parsed, so one slice changed is
+    /// one change; whatever the rewrite (documents changed, added,
+    /// removed, moved, commented, broken, doubly defined, another kind),
+    /// the store is what a whole load of the directory gives, or the
+    /// change is left to a whole load.
+    #[test]
+    fn a_rewritten_slice_file_is_read_where_it_changed_as_a_whole_load_reads_it() {
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("slices.yaml");
+        let slice = |name: usize, address: usize| {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{name}, namespace: ns, labels: {{kubernetes.io/service-name: s{name}}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints: [{{addresses: [\"10.0.0.{address}\"]}}]\n"
+            )
+        };
+        // Another file's slice, which this file must not define too.
+        std::fs::write(dir.path().join("other.yaml"), slice(99, 1)).unwrap();
+        // The file as documents: (name, address) or a raw text.
+        let mut documents: Vec<String> = (0..6).map(|i| slice(i, i)).collect();
+        let text = |documents: &[String]| {
+            documents
+                .iter()
+                .map(|d| format!("---\n{d}"))
+                .collect::<String>()
+        };
+        std::fs::write(&path, text(&documents)).unwrap();
+        let mut cache = FileCache::default();
+        let mut store = load_dir_cached(dir.path(), &Store::default(), &mut cache).store;
+        cache.settle(&[]);
+        let contents = |store: &Store| {
+            let mut all = Vec::new();
+            store.for_each_key(|k, o| all.push((k, o.clone())));
+            all.sort();
+            let slices: Vec<_> = store
+                .endpoint_slices
+                .iter()
+                .map(|(id, s)| (id.clone(), (*s.object).clone()))
+                .collect();
+            (all, slices)
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let (mut one_change, mut whole) = (0, 0);
+        let mut next = 100;
+        for round in 0..400 {
+            let at = rng.random_range(0..documents.len().max(1));
+            let changed_one = match rng.random_range(0..12) {
+                0..=5 if !documents.is_empty() => {
+                    next += 1;
+                    let name = documents[at]
+                        .split("name: s")
+                        .nth(1)
+                        .and_then(|r| r.split(',').next())
+                        .and_then(|n| n.parse::<usize>().ok());
+                    match name {
+                        Some(name) => documents[at] = slice(name, next % 250),
+                        None => documents[at] = slice(next, 1),
+                    }
+                    name.is_some()
+                }
+                6 => {
+                    next += 1;
+                    documents.insert(at, slice(next, 2));
+                    false
+                }
+                7 if documents.len() > 1 => {
+                    documents.remove(at);
+                    false
+                }
+                8 if documents.len() > 1 => {
+                    let last = documents.len() - 1;
+                    documents.swap(at, last);
+                    false
+                }
+                9 => {
+                    documents.insert(at, "# a comment alone\n".into());
+                    false
+                }
+                10 => {
+                    // A slice of this file or of the other defined twice, a
+                    // document that does not parse, another kind.
+                    let trouble = [
+                        slice(99, 3),
+                        documents.first().cloned().unwrap_or_default(),
+                        "kind: [\n".into(),
+                        "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec: {ports: [{port: 80}]}\n".into(),
+                    ];
+                    documents.insert(at, trouble[rng.random_range(0..trouble.len())].clone());
+                    false
+                }
+                _ => {
+                    // Troubles cleared: slices alone again.
+                    documents
+                        .retain(|d| d.contains("kind: EndpointSlice") && !d.contains("name: s99,"));
+                    let mut seen = std::collections::HashSet::new();
+                    documents.retain(|d| seen.insert(d.split(',').next().unwrap().to_string()));
+                    false
+                }
+            };
+            std::fs::write(&path, text(&documents)).unwrap();
+            let reference = load_dir(dir.path(), &store);
+            match read_slice_files(dir.path(), std::slice::from_ref(&path), &store, &cache) {
+                Some(mut files) => {
+                    assert!(
+                        reference.problems.is_empty(),
+                        "round {round}: {:?}",
+                        reference.problems
+                    );
+                    if changed_one && files.changes.len() == 1 {
+                        one_change += 1;
+                    }
+                    store.apply_slices(std::mem::take(&mut files.changes));
+                    files.settle(&mut cache);
+                    assert_eq!(
+                        contents(&store),
+                        contents(&reference.store),
+                        "round {round}"
+                    );
+                }
+                None => {
+                    whole += 1;
+                    let loaded = load_dir_cached(dir.path(), &store, &mut cache);
+                    cache.settle(&loaded.problems);
+                    store = loaded.store;
+                }
+            }
+        }
+        eprintln!("{one_change} single changes, {whole} whole loads");
+        assert!(one_change > 50, "{one_change} single changes");
+        assert!(whole > 10, "{whole} whole loads");
     }
 }
