@@ -29,11 +29,17 @@ loopback address, so the script runs itself again in a network namespace
 of its own (root: `unshare --net`) whose loopback device holds 10.0.0.0/8,
 and the two backends listen on every address there.
 
-Usage: endpoint-churn.py --sizes 10000,100000 [--route-rate 5] [--tenants] --json out.json NAME=BINARY...
+With --rest-after S the proxy is also left alone S seconds after the load
+and its CPU measured over the next minute: what a replica at rest spends
+for good, once the watcher's safety-net poll has backed off.
+
+Usage: endpoint-churn.py --sizes 10000,100000 [--route-rate 5] [--tenants] [--rest-after 120] --json out.json NAME=BINARY...
 """
 import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
 PER_NS = 100
+# How long CPU at rest is measured after --rest-after's wait.
+REST_WINDOW = 60.0
 
 # Whether the world is a Tenant per namespace (--tenants).
 TENANTS = False
@@ -284,7 +290,7 @@ def probe_served(http, host, want, t, limit, lat, lock):
     return th
 
 
-def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
+def run_one(binary, n, ports, rate, seconds, route_rate=0.0, rest_after=0.0):
     d = tempfile.mkdtemp(prefix="ep-churn-")
     manifests = os.path.join(d, "m")
     os.makedirs(manifests)
@@ -312,6 +318,14 @@ def run_one(binary, n, ports, rate, seconds, route_rate=0.0):
         time.sleep(window)
         rest = cpu_seconds(p.pid) - c0
         out["rest_cpu_ms_per_s"] = round(rest * 1e3 / window, 2)
+        if rest_after:
+            # Long after the load, when nothing has changed for minutes:
+            # the CPU a replica at rest spends for good.
+            time.sleep(rest_after)
+            c0 = cpu_seconds(p.pid)
+            time.sleep(REST_WINDOW)
+            out["rest_after_s"] = rest_after
+            out["rest_settled_cpu_ms_per_s"] = round((cpu_seconds(p.pid) - c0) * 1e3 / REST_WINDOW, 2)
         # One change, CPU only: no probing.
         samples_cpu, samples_served = [], []
         flip = ["b", "a"]
@@ -502,6 +516,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--route-rate", type=float, default=0.0)
     ap.add_argument("--tenants", action="store_true")
+    ap.add_argument("--rest-after", type=float, default=0.0)
     ap.add_argument("--json")
     ap.add_argument("binaries", nargs="+")
     a = ap.parse_args()
@@ -517,7 +532,7 @@ def main():
     for n in [int(x) for x in a.sizes.split(",")]:
         for spec in a.binaries:
             name, binary = spec.split("=", 1)
-            r = run_one(binary, n, ports, a.rate, a.seconds, a.route_rate)
+            r = run_one(binary, n, ports, a.rate, a.seconds, a.route_rate, a.rest_after)
             r["binary"] = name
             print(json.dumps(r), flush=True)
             results["runs"].append(r)
