@@ -96,6 +96,11 @@ pub struct FileCache {
     by_name: usize,
 }
 
+/// Each document's hash of a file, in document order, where the file's
+/// documents found by their markers are the parser's
+/// ([`crate::documents`]).
+type DocumentHashes = Option<Box<[u64]>>;
+
 #[derive(Debug)]
 struct CachedFile {
     len: usize,
@@ -104,7 +109,7 @@ struct CachedFile {
     keys: Vec<(ObjectKey, usize)>,
     /// Each document's hash, for a file of EndpointSlices alone: a
     /// rewrite of it parses only the documents that changed.
-    documents: Option<Box<[u64]>>,
+    documents: DocumentHashes,
     clean: bool,
 }
 
@@ -270,7 +275,7 @@ pub fn read_slice_files(
         // objects unparsed (crate::documents); the others are parsed.
         let mut keys = Vec::with_capacity(old.len());
         let split = documents::split(&text);
-        let now: Option<Box<[u64]>> = split
+        let now: DocumentHashes = split
             .as_ref()
             .map(|d| d.iter().map(|d| text_hash(d)).collect());
         let before = cached.and_then(|c| c.documents.as_deref());
@@ -509,7 +514,7 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
     }
     files.sort();
     // Per file read: its length, hash and documents' hashes.
-    let mut texts: Vec<(PathBuf, usize, u64, Option<Box<[u64]>>)> = Vec::with_capacity(files.len());
+    let mut texts: Vec<(PathBuf, usize, u64, DocumentHashes)> = Vec::with_capacity(files.len());
     let mut parsed: Vec<PathBuf> = Vec::new();
     let mut unread = false;
     cache.taken_over = 0;
@@ -673,7 +678,7 @@ fn load_documents(
 
 /// Each document's hash, when the file's documents found by their
 /// markers are the `count` the parser read ([`crate::documents`]).
-fn document_hashes(text: &str, count: usize) -> Option<Box<[u64]>> {
+fn document_hashes(text: &str, count: usize) -> DocumentHashes {
     let documents = documents::split(text)?;
     (documents.len() == count).then(|| documents.iter().map(|d| text_hash(d)).collect())
 }
@@ -681,10 +686,7 @@ fn document_hashes(text: &str, count: usize) -> Option<Box<[u64]>> {
 /// What a file's cache entry keeps of its documents' hashes: only a file
 /// of EndpointSlices alone is read again by document
 /// ([`read_slice_files`]).
-fn slice_documents(
-    keys: &[(ObjectKey, usize)],
-    documents: Option<Box<[u64]>>,
-) -> Option<Box<[u64]>> {
+fn slice_documents(keys: &[(ObjectKey, usize)], documents: DocumentHashes) -> DocumentHashes {
     documents.filter(|_| keys.iter().all(|(key, _)| key.kind == Kind::EndpointSlice))
 }
 
