@@ -27,19 +27,62 @@ pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
 /// Safety-net poll interval: the first poll's, and each one's after a
 /// poll found a change no event named.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-/// The longest the safety-net poll waits: each poll that finds nothing
-/// the watcher missed doubles the wait up to this, so a directory at rest
-/// costs one walk a minute (a walk of 2,000 files took about 10 ms, which
-/// every 2 s was the proxy's whole CPU at rest at 100k Ingresses).
+/// The longest a backing-off safety-net poll waits: each poll that finds
+/// nothing the watcher missed doubles the wait up to this, so a directory
+/// at rest costs one walk a minute (a walk of 2,000 files took about
+/// 10 ms, which every 2 s was the proxy's whole CPU at rest at 100k
+/// Ingresses).
 pub const POLL_INTERVAL_MAX: Duration = Duration::from_secs(60);
+
+/// How often a watched directory is walked for what no event named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Poll {
+    first: Duration,
+    longest: Duration,
+}
+
+impl Poll {
+    /// Every `interval`, always: a directory other machines write to (the
+    /// ACME state shared by replicas on several hosts), whose changes no
+    /// local event may name.
+    pub const fn every(interval: Duration) -> Self {
+        Self {
+            first: interval,
+            longest: interval,
+        }
+    }
+
+    /// Every `first` at the start, twice as long after each poll that
+    /// finds nothing missed, up to [`POLL_INTERVAL_MAX`] (or `first`, if
+    /// that is longer): a directory this machine writes to, whose changes
+    /// the events name.
+    pub fn backing_off(first: Duration) -> Self {
+        Self {
+            first,
+            longest: POLL_INTERVAL_MAX.max(first),
+        }
+    }
+
+    /// How long the poll waits after one that waited `wait`: the first
+    /// interval again when it found a change no event named or its source
+    /// is still without state (`urgent`: a filesystem that drops events
+    /// is polled at the first pace); otherwise twice as long, up to the
+    /// longest.
+    fn next(self, wait: Duration, urgent: bool) -> Duration {
+        if urgent {
+            self.first
+        } else {
+            (wait * 2).min(self.longest)
+        }
+    }
+}
 use crate::kube::burst_ends;
 pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
 
 /// Runs `reload` on the blocking pool whenever `dir` changes, until
 /// `shutdown` turns true: after inotify events and a quiet period, or when
-/// the periodic fingerprint of sizes and modification times differs (every
-/// `poll` at first and after a poll found a change no event named; twice
-/// as long after each poll that found none, up to [`POLL_INTERVAL_MAX`]).
+/// the periodic fingerprint of sizes and modification times differs (at
+/// `poll`'s pace; [`Poll::every`] where no inotify watch can be set).
 /// `retry` makes a poll reload even when nothing changed (a source that has
 /// no state yet keeps trying). `initial`: the directory as the caller's
 /// last load saw it, so a change between that load and the start of the
@@ -48,7 +91,7 @@ pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
 pub async fn watch_dir(
     dir: PathBuf,
     initial: Option<Fingerprint>,
-    poll: Duration,
+    poll: Poll,
     shutdown: watch::Receiver<bool>,
     reload: impl Fn() + Send + Sync + 'static,
     retry: impl Fn() -> bool,
@@ -112,7 +155,7 @@ impl Burst {
 pub async fn watch_dir_named(
     dir: PathBuf,
     initial: Option<Fingerprint>,
-    poll: Duration,
+    poll: Poll,
     mut shutdown: watch::Receiver<bool>,
     reload: impl Fn(Option<Vec<PathBuf>>) + Send + Sync + 'static,
     retry: impl Fn() -> bool,
@@ -135,18 +178,19 @@ pub async fn watch_dir_named(
         w.watch(&dir, notify::RecursiveMode::Recursive)?;
         Ok(w)
     });
-    let _watcher = match watcher {
-        Ok(w) => Some(w),
+    let (_watcher, poll) = match watcher {
+        Ok(w) => (Some(w), poll),
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "file watcher unavailable, polling only");
-            None
+            // Every change is the poll's to find: it never backs off.
+            (None, Poll::every(poll.first))
         }
     };
     let mut last = match initial {
         Some(seen) => seen,
         None => fingerprint_blocking(&dir).await,
     };
-    let mut wait = poll;
+    let mut wait = poll.first;
     let mut next_poll = tokio::time::Instant::now() + wait;
     // The paths events named since the last poll.
     let mut handled: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
@@ -194,7 +238,7 @@ pub async fn watch_dir_named(
                 last = now;
                 handled.clear();
                 let retrying = retry();
-                wait = next_poll_wait(wait, poll, retrying || !missed.is_empty());
+                wait = poll.next(wait, retrying || !missed.is_empty());
                 next_poll = tokio::time::Instant::now() + wait;
                 if retrying {
                     None
@@ -211,19 +255,6 @@ pub async fn watch_dir_named(
             tracing::error!(error = %e, "reload task failed; the previous state keeps serving");
         }
         pace.record(started, tokio::time::Instant::now());
-    }
-}
-
-/// How long the safety-net poll waits after one that waited `wait`:
-/// `poll` again when it found a change no event named or its source is
-/// still without state (`urgent`: a filesystem that drops events is
-/// polled at the first pace); otherwise twice as long, up to
-/// [`POLL_INTERVAL_MAX`] (or `poll`, if that is longer).
-fn next_poll_wait(wait: Duration, poll: Duration, urgent: bool) -> Duration {
-    if urgent {
-        poll
-    } else {
-        (wait * 2).min(POLL_INTERVAL_MAX.max(poll))
     }
 }
 
@@ -292,17 +323,21 @@ mod tests {
     /// back.
     #[test]
     fn the_poll_backs_off_while_it_finds_nothing_missed() {
+        let poll = Poll::backing_off(POLL_INTERVAL);
         let mut wait = POLL_INTERVAL;
         let mut waits = Vec::new();
         for _ in 0..8 {
-            wait = next_poll_wait(wait, POLL_INTERVAL, false);
+            wait = poll.next(wait, false);
             waits.push(wait.as_secs());
         }
         assert_eq!(waits, [4, 8, 16, 32, 60, 60, 60, 60]);
-        assert_eq!(next_poll_wait(wait, POLL_INTERVAL, true), POLL_INTERVAL);
+        assert_eq!(poll.next(wait, true), POLL_INTERVAL);
         // A caller's longer interval is kept as it is.
         let hour = Duration::from_secs(3600);
-        assert_eq!(next_poll_wait(hour, hour, false), hour);
+        assert_eq!(Poll::backing_off(hour).next(hour, false), hour);
+        // A directory other machines write to is walked at one pace.
+        let every = Poll::every(POLL_INTERVAL);
+        assert_eq!(every.next(POLL_INTERVAL, false), POLL_INTERVAL);
     }
 
     /// A change no event named (here: made before the watch started,
@@ -319,7 +354,7 @@ mod tests {
         let watching = tokio::spawn(watch_dir_named(
             dir.path().to_path_buf(),
             Some(seen),
-            Duration::from_millis(50),
+            Poll::backing_off(Duration::from_millis(50)),
             shutdown,
             move |named: Option<Vec<PathBuf>>| {
                 let _ = tx.send(named);
@@ -375,7 +410,7 @@ mod tests {
         let watching = tokio::spawn(watch_dir_named(
             dir.path().to_path_buf(),
             None,
-            Duration::from_secs(3600),
+            Poll::backing_off(Duration::from_secs(3600)),
             shutdown,
             move |named: Option<Vec<PathBuf>>| {
                 let started = tokio::time::Instant::now();

@@ -99,7 +99,7 @@ impl ManifestSource {
         teapot_source::dir::watch_dir(
             dir,
             None,
-            poll,
+            teapot_source::dir::Poll::backing_off(poll),
             shutdown,
             move || {
                 self.reload();

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use teapot_source::dir::{
-    Fingerprint, POLL_INTERVAL, PROMPT_QUIET, Pace, fingerprint, watch_dir_named,
+    Fingerprint, POLL_INTERVAL, PROMPT_QUIET, Pace, Poll, fingerprint, watch_dir_named,
 };
 use tokio::sync::watch;
 
@@ -581,7 +581,7 @@ impl Reloader {
         watch_dir_named(
             dir,
             initial,
-            POLL_INTERVAL,
+            Poll::backing_off(POLL_INTERVAL),
             shutdown,
             move |named| {
                 watcher.reload_named(named.as_deref());
