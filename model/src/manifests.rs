@@ -448,7 +448,7 @@ pub fn load_named(
                 return Err("an object defined by another file too");
             }
         }
-        let documents = slice_documents(&keys, document_hashes(&text, count));
+        let documents = slice_documents(&keys, || document_hashes(&text, count));
         let entry = CachedFile {
             len: text.len(),
             hash,
@@ -538,8 +538,15 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
                         old_keys(cache, &file, &mut changed);
                         parsed.push(file.clone());
                         let shared = Arc::from(file.as_path());
+                        let others = loaded.store.len() - loaded.store.endpoint_slices.len();
                         let count = load_documents(&shared, &text, 0, previous, &mut loaded);
-                        document_hashes(&text, count)
+                        // Hashed only where the file stored nothing but
+                        // slices: the rest are never read by document.
+                        let slices_alone =
+                            loaded.store.len() - loaded.store.endpoint_slices.len() == others;
+                        slices_alone
+                            .then(|| document_hashes(&text, count))
+                            .flatten()
                     }
                 };
                 texts.push((file, text.len(), text_hash(&text), documents));
@@ -592,7 +599,7 @@ pub fn load_dir_cached(dir: &Path, previous: &Store, cache: &mut FileCache) -> L
             // Kept until the next load: a fifth of a large directory's
             // keys were spare capacity.
             keys.shrink_to_fit();
-            let documents = slice_documents(&keys, documents);
+            let documents = slice_documents(&keys, || documents);
             let entry = CachedFile {
                 len,
                 hash,
@@ -686,8 +693,14 @@ fn document_hashes(text: &str, count: usize) -> DocumentHashes {
 /// What a file's cache entry keeps of its documents' hashes: only a file
 /// of EndpointSlices alone is read again by document
 /// ([`read_slice_files`]).
-fn slice_documents(keys: &[(ObjectKey, usize)], documents: DocumentHashes) -> DocumentHashes {
-    documents.filter(|_| keys.iter().all(|(key, _)| key.kind == Kind::EndpointSlice))
+fn slice_documents(
+    keys: &[(ObjectKey, usize)],
+    documents: impl FnOnce() -> DocumentHashes,
+) -> DocumentHashes {
+    keys.iter()
+        .all(|(key, _)| key.kind == Kind::EndpointSlice)
+        .then(documents)
+        .flatten()
 }
 
 fn load_value(value: serde_json::Value, origin: &Origin, previous: &Store, loaded: &mut Loaded) {

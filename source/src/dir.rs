@@ -34,6 +34,9 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// Ingresses).
 pub const POLL_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
+use crate::kube::burst_ends;
+pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
+
 /// How often a watched directory is walked for what no event named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Poll {
@@ -76,8 +79,6 @@ impl Poll {
         }
     }
 }
-use crate::kube::burst_ends;
-pub use crate::kube::{PACE_FACTOR, PROMPT_MAX, PROMPT_QUIET, Pace};
 
 /// Runs `reload` on the blocking pool whenever `dir` changes, until
 /// `shutdown` turns true: after inotify events and a quiet period, or when
